@@ -1,0 +1,44 @@
+# Two commands for a newcomer: `make demo` and `make test`. Each sets up what it needs the first
+# time (apt packages, .venv, pip packages, the Panda model) and is quick the second time.
+SHELL := /bin/bash
+VENV := .venv
+PY := $(VENV)/bin/python
+# Python 3.12 for the main environment: a `python3.12` on PATH, else a pyenv install.
+PYTHON312 ?= $(shell for p in python3.12 $$(ls -d $$HOME/.pyenv/versions/3.12*/bin/python3.12 /root/.pyenv/versions/3.12*/bin/python3.12 2>/dev/null); do $$p -c 'import sys; assert sys.version_info[:2]==(3,12)' 2>/dev/null && { echo $$p; break; }; done)
+STAMPS := .stamps
+export MUJOCO_GL ?= egl
+
+.PHONY: demo test setup clean-venv bench
+
+setup: $(STAMPS)/venv
+
+$(STAMPS)/apt:
+	@mkdir -p $(STAMPS)
+	@if ! ldconfig -p | grep -q 'libusb-1.0.so.0' || ! command -v socat >/dev/null || ! ldconfig -p | grep -q 'libEGL.so.1' || ! ldconfig -p | grep -q 'libOpenGL.so.0'; then \
+	  echo ">> installing apt packages (libusb-1.0-0 socat libegl1 libopengl0 libgl1-mesa-dri)"; \
+	  SUDO=$$( [ $$(id -u) -eq 0 ] || echo sudo ); \
+	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq libusb-1.0-0 socat libegl1 libopengl0 libgl1-mesa-dri >/dev/null; \
+	fi
+	@touch $@
+
+$(STAMPS)/venv: pyproject.toml $(STAMPS)/apt
+	@test -n "$(PYTHON312)" || { echo "Python 3.12 not found: install it (e.g. pyenv install 3.12) or pass PYTHON312=/path/to/python3.12"; exit 1; }
+	@test -x $(PY) || { echo ">> creating $(VENV) with $(PYTHON312)"; $(PYTHON312) -m venv $(VENV); }
+	@echo ">> installing the project and its dependencies into $(VENV)"
+	@$(PY) -m pip install -q --upgrade pip
+	@$(PY) -m pip install -q -e '.[sim,realsense,franka,dev]'
+	@echo ">> installing robot models (genesis-world --no-deps: MuJoCo Menagerie Franka Panda)"
+	@$(PY) -m pip install -q --no-deps genesis-world
+	@touch $@
+
+demo: setup
+	$(VENV)/bin/vla demo
+
+test: setup
+	$(PY) -m pytest
+
+bench: setup
+	$(PY) bench/bridge.py
+
+clean-venv:
+	rm -rf $(VENV) $(STAMPS)

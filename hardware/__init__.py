@@ -1,0 +1,34 @@
+"""Drivers and simulators, one device class per file. No torch here.
+
+``REGISTRY`` maps a site-file ``driver`` name to ``"module:Class"``; classes are imported only
+when a site asks for them, so importing ``hardware`` has no side effects and pulls in no
+vendor library.
+"""
+
+from hardware.base import Arm, ArmState, Camera, CameraFrame, Device, DeviceError, JointLimits, NotConnectedError
+
+REGISTRY: dict[str, str] = {
+    "sim_franka": "hardware.sim_franka:SimFranka",
+    "sim_camera": "hardware.sim_camera:SimCamera",
+    "synthetic_camera": "hardware.synthetic_camera:SyntheticCamera",
+    "opencv_camera": "hardware.opencv_camera:OpenCVCamera",
+    "realsense_camera": "hardware.realsense_camera:RealSenseCamera",
+    "franka": "hardware.franka_franky:FrankyArm",
+}
+
+
+def load_driver(name: str) -> type[Device]:
+    """Return the device class registered under ``name`` (with a did-you-mean on typos)."""
+    import difflib
+    import importlib
+
+    if name not in REGISTRY:
+        close = difflib.get_close_matches(name, REGISTRY, n=1)
+        hint = f"; did you mean {close[0]!r}?" if close else ""
+        raise KeyError(f"unknown driver {name!r}{hint} Known drivers: {', '.join(sorted(REGISTRY))}")
+    module, cls = REGISTRY[name].split(":")
+    return getattr(importlib.import_module(module), cls)
+
+
+__all__ = ["Arm", "ArmState", "Camera", "CameraFrame", "Device", "DeviceError", "JointLimits",
+           "NotConnectedError", "REGISTRY", "load_driver"]

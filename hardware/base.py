@@ -1,0 +1,185 @@
+"""Small typed device interfaces shared by real drivers and simulators.
+
+Every device has an explicit lifecycle (LeRobot / deoxys style): construct -> ``connect()``
+-> use -> ``disconnect()``, or use it as a context manager. Calling a method that needs the
+device while it is disconnected raises :class:`NotConnectedError`. Descriptions
+(``num_joints``, image sizes, limits) are usable while disconnected.
+
+Nothing in ``hardware/`` imports torch. Safety limits (workspace box, max step) are enforced
+by the bridge server in ``robot_io`` right next to these drivers; the drivers enforce only
+what the hardware itself needs (joint ranges).
+"""
+
+from __future__ import annotations
+
+import abc
+import dataclasses
+from typing import Any
+
+import numpy as np
+
+
+class DeviceError(RuntimeError):
+    """A device failed or refused an operation; the message says which and why."""
+
+
+class NotConnectedError(DeviceError):
+    """A method that needs the device was called before ``connect()`` or after ``disconnect()``."""
+
+
+class Device(abc.ABC):
+    """Base class: lifecycle and context manager."""
+
+    kind: str = "device"
+
+    def __init__(self, name: str = "") -> None:
+        self.name = name or type(self).__name__
+        self._connected = False
+
+    @property
+    def is_connected(self) -> bool:
+        return self._connected
+
+    def connect(self) -> None:
+        if self._connected:
+            return
+        self._connect()
+        self._connected = True
+
+    def disconnect(self) -> None:
+        if not self._connected:
+            return
+        try:
+            self._disconnect()
+        finally:
+            self._connected = False
+
+    def _require_connected(self) -> None:
+        if not self._connected:
+            raise NotConnectedError(f"{self.kind} {self.name!r} is not connected: call connect() first")
+
+    @abc.abstractmethod
+    def _connect(self) -> None: ...
+
+    @abc.abstractmethod
+    def _disconnect(self) -> None: ...
+
+    def describe(self) -> dict[str, Any]:
+        """A msgpack-able description of the device (works while disconnected)."""
+        return {"kind": self.kind, "name": self.name, "driver": type(self).__name__}
+
+    def __enter__(self):
+        self.connect()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.disconnect()
+
+
+# --------------------------------------------------------------------------------------------
+# Arm
+# --------------------------------------------------------------------------------------------
+
+
+@dataclasses.dataclass
+class ArmState:
+    """Measured state of an arm. Quaternions are (w, x, y, z); positions in metres, base frame."""
+
+    q: np.ndarray  # [J] float64 joint positions, rad
+    dq: np.ndarray  # [J] float64 joint velocities, rad/s
+    ee_pos: np.ndarray  # [3] end-effector (TCP) position
+    ee_quat: np.ndarray  # [4] end-effector orientation (w, x, y, z)
+    gripper: float  # opening in [0, 1]: 0 closed, 1 fully open
+    t_mono_ns: int  # time.monotonic_ns() when the state was measured
+    safe: bool = False  # True while the device is in its safe state (holding after a watchdog trip / stop)
+    extras: dict[str, np.ndarray] = dataclasses.field(default_factory=dict)
+    """Optional extra arrays (a simulator adds privileged object poses here, e.g. ``objects`` [N, 7])."""
+
+
+@dataclasses.dataclass(frozen=True)
+class JointLimits:
+    lower: np.ndarray  # [J] rad
+    upper: np.ndarray  # [J] rad
+    velocity: np.ndarray  # [J] rad/s
+
+
+class Arm(Device):
+    """A position-controlled arm with a parallel gripper.
+
+    Commands set *targets*; the driver's own controller tracks them (franky / libfranka on the
+    real arm, an IK + joint-position controller in simulation). A target is held until the next
+    command. ``hold()`` is the safe state: stop where you are and keep the current pose.
+    """
+
+    kind = "arm"
+    num_joints: int = 7
+
+    @property
+    @abc.abstractmethod
+    def joint_limits(self) -> JointLimits: ...
+
+    @abc.abstractmethod
+    def read_state(self) -> ArmState: ...
+
+    @abc.abstractmethod
+    def command_ee_pose(self, pos: np.ndarray, quat: np.ndarray, gripper: float | None = None) -> None:
+        """Move the end effector towards the absolute pose (pos [3], quat [4] wxyz, base frame)."""
+
+    @abc.abstractmethod
+    def command_joint_positions(self, q: np.ndarray, gripper: float | None = None) -> None:
+        """Move the joints towards ``q`` [J] (already inside joint limits)."""
+
+    @abc.abstractmethod
+    def hold(self) -> None:
+        """Safe state: stop motion and hold the current pose. Must be fast and must not raise on a
+        healthy device; it is called from the watchdog."""
+
+    @abc.abstractmethod
+    def reset(self, seed: int | None = None) -> ArmState:
+        """Go to the home pose (a simulator also re-randomises its scene from ``seed``)."""
+
+    def describe(self) -> dict[str, Any]:
+        lim = self.joint_limits
+        return {
+            **super().describe(),
+            "num_joints": self.num_joints,
+            "joint_lower": lim.lower.tolist(),
+            "joint_upper": lim.upper.tolist(),
+            "joint_velocity": lim.velocity.tolist(),
+        }
+
+
+# --------------------------------------------------------------------------------------------
+# Camera
+# --------------------------------------------------------------------------------------------
+
+
+@dataclasses.dataclass
+class CameraFrame:
+    rgb: np.ndarray  # [H, W, 3] uint8
+    t_mono_ns: int  # capture time, time.monotonic_ns() clock
+    index: int  # frame counter since connect()
+    depth: np.ndarray | None = None  # [H, W] float32 metres, or None
+
+
+class Camera(Device):
+    """A camera producing RGB (and optionally depth) frames at a nominal rate."""
+
+    kind = "camera"
+
+    def __init__(self, name: str = "", width: int = 640, height: int = 480, fps: float = 30.0,
+                 depth: bool = False) -> None:
+        super().__init__(name)
+        if width <= 0 or height <= 0:
+            raise ValueError(f"camera {name!r}: width and height must be positive, got {width}x{height}")
+        if fps <= 0:
+            raise ValueError(f"camera {name!r}: fps must be positive, got {fps}")
+        self.width, self.height, self.fps, self.has_depth = int(width), int(height), float(fps), bool(depth)
+
+    @abc.abstractmethod
+    def read(self, timeout_s: float = 1.0) -> CameraFrame:
+        """Block until the next frame (paced at ``fps``) and return it; raise DeviceError on timeout."""
+
+    def describe(self) -> dict[str, Any]:
+        return {**super().describe(), "width": self.width, "height": self.height, "fps": self.fps,
+                "depth": self.has_depth}

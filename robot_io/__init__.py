@@ -1,0 +1,1 @@
+"""The ZMQ hardware bridge. Imports numpy, pyzmq, msgpack, pyyaml only (no torch)."""

@@ -1,0 +1,98 @@
+"""Server-side safety limits for an arm, enforced next to the hardware (the bridge server).
+
+Every clip is reported by name in the reply's ``clipped`` list, so a client always knows the
+command that was actually applied.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+
+
+@dataclasses.dataclass(frozen=True)
+class ArmLimits:
+    workspace_min: tuple[float, float, float] = (0.25, -0.45, 0.0)
+    """Lower corner of the end-effector workspace box (m, robot base frame)."""
+    workspace_max: tuple[float, float, float] = (0.80, 0.45, 0.70)
+    """Upper corner of the end-effector workspace box (m, robot base frame)."""
+    max_step_m: float = 0.05
+    """Largest translation one ee_delta command may ask for, per axis (m)."""
+    max_step_rad: float = 0.25
+    """Largest rotation one ee_delta command may ask for (rad, axis-angle norm)."""
+    max_joint_step_rad: float = 0.2
+    """Largest change of any joint that one joint_position command may ask for (rad)."""
+    joint_margin_rad: float = 0.02
+    """Joint targets stay this far inside the hardware joint range (rad)."""
+
+    def __post_init__(self) -> None:
+        lo, hi = np.asarray(self.workspace_min), np.asarray(self.workspace_max)
+        if lo.shape != (3,) or hi.shape != (3,):
+            raise ValueError("limits.workspace_min and limits.workspace_max must each have 3 numbers (x, y, z)")
+        if not (lo < hi).all():
+            raise ValueError(f"limits.workspace_min {lo.tolist()} must be below workspace_max {hi.tolist()} on every axis")
+        for f in ("max_step_m", "max_step_rad", "max_joint_step_rad"):
+            if not getattr(self, f) > 0:
+                raise ValueError(f"limits.{f} must be positive, got {getattr(self, f)}")
+
+    @classmethod
+    def from_dict(cls, d: dict | None) -> "ArmLimits":
+        d = dict(d or {})
+        known = {f.name for f in dataclasses.fields(cls)}
+        unknown = set(d) - known
+        if unknown:
+            raise ValueError(f"unknown arm limit(s) {sorted(unknown)}; known: {sorted(known)}")
+        for k in ("workspace_min", "workspace_max"):
+            if k in d:
+                d[k] = tuple(float(x) for x in d[k])
+        return cls(**d)
+
+
+def clip_ee_delta(lim: ArmLimits, ee_pos: np.ndarray, dpos: np.ndarray, drot: np.ndarray, gripper: float):
+    """Returns (target_pos, applied dpos, applied drot, gripper, clipped names)."""
+    clipped = []
+    d = np.clip(dpos, -lim.max_step_m, lim.max_step_m)
+    if not np.array_equal(d, dpos):
+        clipped.append("dpos:max_step")
+    target = ee_pos + d
+    boxed = np.clip(target, lim.workspace_min, lim.workspace_max)
+    if not np.array_equal(boxed, target):
+        clipped.append("dpos:workspace")
+    angle = float(np.linalg.norm(drot))
+    r = drot
+    if angle > lim.max_step_rad:
+        r = drot * (lim.max_step_rad / angle)
+        clipped.append("drot:max_step")
+    g = float(np.clip(gripper, 0.0, 1.0))
+    if g != gripper:
+        clipped.append("gripper:range")
+    return boxed, boxed - ee_pos, r, g, clipped
+
+
+def clip_joints(lim: ArmLimits, q_now: np.ndarray, q_target: np.ndarray, lower: np.ndarray, upper: np.ndarray):
+    clipped = []
+    q = np.clip(q_target, q_now - lim.max_joint_step_rad, q_now + lim.max_joint_step_rad)
+    if not np.array_equal(q, q_target):
+        clipped.append("q:max_step")
+    q2 = np.clip(q, lower + lim.joint_margin_rad, upper - lim.joint_margin_rad)
+    if not np.array_equal(q2, q):
+        clipped.append("q:joint_limits")
+    return q2, clipped
+
+
+def axis_angle_to_quat(r: np.ndarray) -> np.ndarray:
+    angle = float(np.linalg.norm(r))
+    if angle < 1e-12:
+        return np.array([1.0, 0.0, 0.0, 0.0])
+    axis = r / angle
+    return np.concatenate([[np.cos(angle / 2)], np.sin(angle / 2) * axis])
+
+
+def quat_mul(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    w1, x1, y1, z1 = a
+    w2, x2, y2, z2 = b
+    return np.array([w1 * w2 - x1 * x2 - y1 * y2 - z1 * z2,
+                     w1 * x2 + x1 * w2 + y1 * z2 - z1 * y2,
+                     w1 * y2 - x1 * z2 + y1 * w2 + z1 * x2,
+                     w1 * z2 + x1 * y2 - y1 * x2 + z1 * w2])

@@ -1,0 +1,409 @@
+"""Device servers: one ROUTER (commands) and one PUB (streams) per device, a watchdog, limits.
+
+A :class:`DeviceServer` puts one device behind the bridge. It owns two threads:
+
+* the command thread polls the ROUTER socket, decodes each request (refusing malformed ones
+  with an ``error`` reply that names the problem -- the device is not touched), checks its
+  deadline, lets the :class:`Service` apply it and replies with what was actually applied.
+  The same thread runs the watchdog: while the device is *active* (it has been given a motion
+  command since its last reset/stop), no command or heartbeat for ``command_timeout_ms``
+  puts it in its safe state. The trip latches: motion commands are refused with code
+  ``safe_state`` until a ``reset`` re-arms the device, so a client that lost contact can never
+  resume motion by accident.
+* the stream thread publishes the device's samples (arm states, camera frames) on PUB.
+
+Services adapt a ``hardware`` device to the wire. They duck-type the device (robot_io never
+imports hardware), so any object with the ``hardware.base.Arm`` / ``Camera`` methods works.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from typing import Any, Iterator
+
+import numpy as np
+import zmq
+
+from robot_io import limits as L
+from robot_io.security import CurveKeys, secure_server_socket
+from robot_io.wire import (COMMAND_TYPES, Message, ProtocolError, check_array, decode, encode,
+                           error_message)
+
+log = logging.getLogger(__name__)
+
+
+class CommandRefused(Exception):
+    """Raised by a service to refuse a well-formed command (e.g. while latched in safe state)."""
+
+    def __init__(self, code: str, message: str, field: str | None = None) -> None:
+        super().__init__(message)
+        self.code, self.field, self.message = code, field, message
+
+
+# ------------------------------------------------------------------------------------------
+# Services: device <-> messages
+# ------------------------------------------------------------------------------------------
+
+
+class Service:
+    kind = "device"
+    motion_types: frozenset[str] = frozenset()  # commands that make the device active (watchdog armed)
+
+    def __init__(self, name: str, device: Any) -> None:
+        self.name, self.device = name, device
+
+    def open(self) -> None:
+        self.device.connect()
+
+    def close(self) -> None:
+        self.device.disconnect()
+
+    def describe(self) -> dict:
+        return dict(self.device.describe())
+
+    def handle(self, msg: Message) -> tuple[dict[str, np.ndarray], dict]:
+        """Apply a command; return (arrays, meta) of the reply."""
+        raise CommandRefused("unsupported", f"{self.kind} {self.name!r} does not accept {msg.type!r} commands", "type")
+
+    def safe_state(self) -> None:
+        """Put the device in its safe state (called by the watchdog and by ``stop``)."""
+
+    def stream(self, stop: threading.Event) -> Iterator[Message]:
+        return iter(())
+
+
+class ArmService(Service):
+    """An ``Arm`` behind the bridge: ee_delta / joint_position / reset / stop / capture."""
+
+    kind = "arm"
+    motion_types = frozenset({"ee_delta", "joint_position"})
+
+    def __init__(self, name: str, device: Any, limits: L.ArmLimits | None = None, state_hz: float = 100.0) -> None:
+        super().__init__(name, device)
+        self.limits = limits or L.ArmLimits()
+        self.state_hz = float(state_hz)
+        # In fast mode (a simulator with realtime=False) the physics only advances when told:
+        # each motion command then advances one control period before the reply.
+        self.fast = getattr(device, "realtime", True) is False
+
+    def describe(self) -> dict:
+        d = super().describe()
+        d["limits"] = {k: (list(v) if isinstance(v, tuple) else v) for k, v in vars(self.limits).items()}
+        d["state_hz"] = self.state_hz
+        d["fast"] = self.fast
+        d["action"] = "ee_delta: [dx, dy, dz, drx, dry, drz, gripper] float32 (m, rad axis-angle, opening 0..1)"
+        return d
+
+    def _state_arrays(self) -> tuple[dict[str, np.ndarray], dict]:
+        s = self.device.read_state()
+        arrays = {
+            "q": np.asarray(s.q, np.float32),
+            "dq": np.asarray(s.dq, np.float32),
+            "ee_pos": np.asarray(s.ee_pos, np.float32),
+            "ee_quat": np.asarray(s.ee_quat, np.float32),
+            "gripper": np.array([s.gripper], np.float32),
+        }
+        for k, v in (s.extras or {}).items():
+            arrays[k] = np.asarray(v, np.float32)
+        return arrays, {"safe": bool(s.safe), "state_t_mono_ns": int(s.t_mono_ns)}
+
+    def _advance(self) -> None:
+        if self.fast:
+            self.device.step()
+
+    def handle(self, msg: Message):
+        t = msg.type
+        if t == "ee_delta":
+            a = check_array(msg, "action", "float32", (7,)).astype(np.float64)
+            s = self.device.read_state()
+            target, dpos, drot, grip, clipped = L.clip_ee_delta(self.limits, np.asarray(s.ee_pos), a[:3], a[3:6], a[6])
+            quat = L.quat_mul(L.axis_angle_to_quat(drot), np.asarray(s.ee_quat, np.float64))
+            self.device.command_ee_pose(target, quat / np.linalg.norm(quat), grip)
+            self._advance()
+            applied = np.concatenate([dpos, drot, [grip]]).astype(np.float32)
+            return ({"applied": applied, "target_pos": target.astype(np.float32),
+                     "target_quat": quat.astype(np.float32)}, {"clipped": clipped})
+        if t == "joint_position":
+            lim = self.device.joint_limits
+            n = len(lim.lower)
+            q = check_array(msg, "q", "float32", (n,)).astype(np.float64)
+            g = check_array(msg, "gripper", "float32", (1,), required=False)
+            s = self.device.read_state()
+            q2, clipped = L.clip_joints(self.limits, np.asarray(s.q), q, np.asarray(lim.lower), np.asarray(lim.upper))
+            grip = None
+            if g is not None:
+                grip = float(np.clip(g[0], 0.0, 1.0))
+                if grip != float(g[0]):
+                    clipped.append("gripper:range")
+            self.device.command_joint_positions(q2, grip)
+            self._advance()
+            arrays = {"applied": q2.astype(np.float32)}
+            if grip is not None:
+                arrays["gripper"] = np.array([grip], np.float32)
+            return arrays, {"clipped": clipped}
+        if t == "reset":
+            seed = msg.get("seed")
+            if seed is not None and not isinstance(seed, int):
+                raise CommandRefused("bad_field", f"reset seed must be an integer or nil, got {seed!r}", "seed")
+            self.device.reset(seed=seed)
+            return self._state_arrays()
+        if t == "capture":
+            return self._state_arrays()
+        return super().handle(msg)
+
+    def safe_state(self) -> None:
+        self.device.hold()
+
+    def stream(self, stop: threading.Event) -> Iterator[Message]:
+        period = 1.0 / self.state_hz
+        next_t = time.monotonic()
+        while not stop.is_set():
+            arrays, meta = self._state_arrays()
+            yield Message("state", self.name, arrays, meta, t_mono_ns=meta["state_t_mono_ns"])
+            next_t += period
+            wait = next_t - time.monotonic()
+            if wait > 0:
+                stop.wait(wait)
+            else:
+                next_t = time.monotonic()
+
+
+class CameraService(Service):
+    """A ``Camera`` behind the bridge: frames on the stream, ``capture`` on request.
+
+    With ``stream=False`` (fast simulation) nothing is published and ``capture`` renders on
+    demand in the command thread; otherwise ``capture`` returns the latest streamed frame.
+    """
+
+    kind = "camera"
+    max_consecutive_failures = 30
+
+    def __init__(self, name: str, device: Any, stream: bool = True) -> None:
+        super().__init__(name, device)
+        self.streaming = stream
+        self._latest: Message | None = None
+        self._latest_lock = threading.Lock()
+
+    def describe(self) -> dict:
+        return {**super().describe(), "streaming": self.streaming}
+
+    def _frame_message(self, f) -> Message:
+        arrays = {"rgb": f.rgb}
+        if f.depth is not None:
+            arrays["depth"] = f.depth
+        return Message("frame", self.name, arrays, {"index": int(f.index)}, t_mono_ns=int(f.t_mono_ns))
+
+    def handle(self, msg: Message):
+        if msg.type == "capture":
+            if self.streaming:
+                with self._latest_lock:
+                    m = self._latest
+                if m is None:
+                    raise CommandRefused("no_frame", f"camera {self.name!r} has not produced a frame yet")
+            else:
+                f = self.device.render_now() if hasattr(self.device, "render_now") else self.device.read()
+                m = self._frame_message(f)
+            return dict(m.arrays), {"index": m["index"], "frame_t_mono_ns": m.t_mono_ns}
+        return super().handle(msg)
+
+    def stream(self, stop: threading.Event) -> Iterator[Message]:
+        if not self.streaming:
+            return
+        failures = 0
+        while not stop.is_set():
+            try:
+                f = self.device.read(timeout_s=1.0)
+            except Exception as e:  # a camera hiccup must not kill the server; repeated ones do, loudly
+                failures += 1
+                log.warning("camera %s: read failed (%d in a row): %s", self.name, failures, e)
+                if failures >= self.max_consecutive_failures:
+                    log.error("camera %s: %d consecutive read failures, stopping its stream", self.name, failures)
+                    raise
+                stop.wait(0.05)
+                continue
+            failures = 0
+            m = self._frame_message(f)
+            with self._latest_lock:
+                self._latest = m
+            yield m
+
+
+# ------------------------------------------------------------------------------------------
+# The server
+# ------------------------------------------------------------------------------------------
+
+
+class DeviceServer:
+    """Serve one device: ROUTER for commands, PUB for streams, watchdog, limits in the service."""
+
+    def __init__(self, service: Service, command_endpoint: str, stream_endpoint: str | None = None,
+                 command_timeout_ms: float = 200.0, keys: CurveKeys | None = None, insecure: bool = False,
+                 stream_hwm: int = 100, context: zmq.Context | None = None) -> None:
+        if command_timeout_ms <= 0:
+            raise ValueError(f"command_timeout_ms must be positive, got {command_timeout_ms}")
+        self.service = service
+        self.name = service.name
+        self._cmd_ep, self._stream_ep = command_endpoint, stream_endpoint
+        self.command_timeout_ns = int(command_timeout_ms * 1e6)
+        self.keys, self.insecure, self.stream_hwm = keys, insecure, stream_hwm
+        self.ctx = context or zmq.Context.instance()
+        self._stop = threading.Event()
+        self._threads: list[threading.Thread] = []
+        self.command_endpoint: str | None = None
+        self.stream_endpoint: str | None = None
+        # watchdog state (command thread only, read elsewhere for stats)
+        self.active = False
+        self.tripped = False
+        self.last_contact_ns = time.monotonic_ns()
+        self.stats = {"commands": 0, "errors": 0, "watchdog_trips": 0, "published": 0}
+        self.last_trip_ns: int | None = None
+        self.stream_error: BaseException | None = None
+        self._seq = 0
+
+    # -- lifecycle --------------------------------------------------------------------------
+    def start(self) -> "DeviceServer":
+        router = self.ctx.socket(zmq.ROUTER)
+        router.setsockopt(zmq.LINGER, 0)
+        router.setsockopt(zmq.ROUTER_MANDATORY, 0)
+        secure_server_socket(router, self._cmd_ep, self.keys, self.insecure)
+        router.bind(self._cmd_ep)
+        self.command_endpoint = router.getsockopt_string(zmq.LAST_ENDPOINT)
+        pub = None
+        if self._stream_ep:
+            pub = self.ctx.socket(zmq.PUB)
+            pub.setsockopt(zmq.LINGER, 0)
+            pub.setsockopt(zmq.SNDHWM, self.stream_hwm)
+            secure_server_socket(pub, self._stream_ep, self.keys, self.insecure)
+            pub.bind(self._stream_ep)
+            self.stream_endpoint = pub.getsockopt_string(zmq.LAST_ENDPOINT)
+        self.service.open()
+        self._threads = [threading.Thread(target=self._command_loop, args=(router,), daemon=True,
+                                          name=f"cmd-{self.name}")]
+        if pub is not None:
+            self._threads.append(threading.Thread(target=self._stream_loop, args=(pub,), daemon=True,
+                                                  name=f"stream-{self.name}"))
+        for t in self._threads:
+            t.start()
+        log.info("serving %s %r: commands %s, stream %s", self.service.kind, self.name,
+                 self.command_endpoint, self.stream_endpoint)
+        return self
+
+    def stop(self) -> None:
+        self._stop.set()
+        for t in self._threads:
+            t.join(timeout=5)
+        try:
+            self.service.safe_state()
+        finally:
+            self.service.close()
+
+    def __enter__(self):
+        return self.start()
+
+    def __exit__(self, *exc):
+        self.stop()
+
+    # -- command thread ---------------------------------------------------------------------
+    def _next_seq(self) -> int:
+        self._seq += 1
+        return self._seq
+
+    def _command_loop(self, router: zmq.Socket) -> None:
+        poller = zmq.Poller()
+        poller.register(router, zmq.POLLIN)
+        poll_ms = max(1, min(10, self.command_timeout_ns // 10_000_000))
+        try:
+            while not self._stop.is_set():
+                if poller.poll(poll_ms):
+                    frames = router.recv_multipart(copy=False)
+                    reply = self._handle_frames(frames[1:])
+                    reply.seq = self._next_seq()
+                    router.send_multipart([frames[0], *encode(reply)], copy=False)
+                self._check_watchdog()
+        finally:
+            router.close(linger=0)
+
+    def _handle_frames(self, frames) -> Message:
+        req_id = None
+        try:
+            msg = decode(frames)
+            req_id = msg.get("req_id")
+            if msg.type not in COMMAND_TYPES:
+                raise ProtocolError("unknown_type", f"{msg.type!r} is not a command; send one of "
+                                    f"{sorted(COMMAND_TYPES)}", "type")
+            if msg.device and msg.device != self.name:
+                raise ProtocolError("unknown_device", f"this endpoint serves {self.name!r}, not {msg.device!r}", "device")
+            now = time.monotonic_ns()
+            deadline = msg.get("deadline_ns")
+            if deadline is not None:
+                if not isinstance(deadline, int):
+                    raise ProtocolError("bad_header", "deadline_ns must be an integer (time.monotonic_ns) or nil",
+                                        "deadline_ns")
+                if now > deadline:
+                    raise CommandRefused("deadline_exceeded", f"command arrived {(now - deadline) / 1e6:.1f} ms "
+                                         "after its deadline; not applied", "deadline_ns")
+            self.stats["commands"] += 1
+            self.last_contact_ns = now
+            meta: dict = {"req_id": req_id}
+            arrays: dict = {}
+            if msg.type == "heartbeat":
+                meta.update(active=self.active, tripped=self.tripped)
+                return Message("heartbeat", self.name, meta=meta)
+            if msg.type == "ping":
+                arrays = dict(msg.arrays)
+                meta["echo_t_mono_ns"] = msg.t_mono_ns
+            elif msg.type == "describe":
+                meta["description"] = {**self.service.describe(), "command_timeout_ms": self.command_timeout_ns / 1e6,
+                                       "stream_endpoint": self.stream_endpoint}
+            elif msg.type == "stop":
+                self.service.safe_state()
+                self.active, self.tripped = False, True
+            else:
+                if msg.type in self.service.motion_types and self.tripped:
+                    raise CommandRefused("safe_state", f"{self.name!r} is in its safe state (watchdog or stop); "
+                                         "send reset to re-arm it before moving", "type")
+                arrays, extra = self.service.handle(msg)
+                meta.update(extra)
+                if msg.type in self.service.motion_types:
+                    self.active = True
+                elif msg.type == "reset":
+                    self.active, self.tripped = False, False
+            return Message("reply", self.name, arrays, meta)
+        except (ProtocolError, CommandRefused) as e:
+            self.stats["errors"] += 1
+            log.debug("%s: refused %s: %s", self.name, e.code, e.message)
+            return error_message(self.name, req_id, e.code, e.message, e.field)
+        except Exception as e:  # a driver failure: report it to the client, keep serving
+            self.stats["errors"] += 1
+            log.exception("%s: command failed", self.name)
+            return error_message(self.name, req_id, "device_error", f"{type(e).__name__}: {e}")
+
+    def _check_watchdog(self) -> None:
+        if self.active and time.monotonic_ns() - self.last_contact_ns > self.command_timeout_ns:
+            log.warning("%s: no command or heartbeat for %.0f ms: safe state", self.name,
+                        self.command_timeout_ns / 1e6)
+            try:
+                self.service.safe_state()
+            finally:
+                self.active, self.tripped = False, True
+                self.stats["watchdog_trips"] += 1
+                self.last_trip_ns = time.monotonic_ns()
+
+    # -- stream thread ----------------------------------------------------------------------
+    def _stream_loop(self, pub: zmq.Socket) -> None:
+        seq = 0
+        try:
+            for msg in self.service.stream(self._stop):
+                seq += 1
+                msg.seq = seq
+                if msg.type == "state":
+                    msg.meta["tripped"] = self.tripped
+                pub.send_multipart(encode(msg), copy=False)
+                self.stats["published"] += 1
+        except BaseException as e:  # surfaced through .stream_error and the log
+            self.stream_error = e
+            log.exception("%s: stream stopped", self.name)
+        finally:
+            pub.close(linger=0)

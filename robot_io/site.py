@@ -1,0 +1,207 @@
+"""Site files: which devices a robot cell has, where they listen, their keys, limits, calibration.
+
+A site is a YAML file (or a named preset shipped in ``robot_io/sites/``)::
+
+    name: sim-franka
+    security:                      # optional; required when any endpoint is off loopback
+      server_secret: keys/server.key_secret
+      authorized_clients: keys/authorized_clients
+      server_public: keys/server.key
+      client_secret: keys/client.key_secret
+    robot: {arm: arm, cameras: [front, wrist]}   # how RobotClient composes an observation
+    devices:
+      arm:
+        driver: sim_franka         # a name in hardware.REGISTRY
+        command: tcp://127.0.0.1:5550
+        stream: tcp://127.0.0.1:5551
+        command_timeout_ms: 200
+        limits: {workspace_min: [0.25, -0.45, 0.0], max_step_m: 0.05}
+        params: {realtime: true}   # passed to the driver's constructor; "@arm" names another device
+      front:
+        driver: sim_camera
+        command: tcp://127.0.0.1:5552
+        stream: tcp://127.0.0.1:5553
+        params: {sim: "@arm", camera: front, width: 224, height: 224, fps: 30}
+        calibration: calib/front_intrinsics.yaml
+
+Relative paths are relative to the site file. Errors name the file and the bad field.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import os
+from importlib import resources
+from typing import Any, Callable
+
+import yaml
+
+from robot_io.limits import ArmLimits
+from robot_io.security import CurveKeys
+
+PRESET_DIR = "sites"
+
+
+class SiteError(ValueError):
+    """A site file is malformed; the message names the file and the field."""
+
+
+@dataclasses.dataclass(frozen=True)
+class DeviceSpec:
+    name: str
+    driver: str
+    command: str
+    stream: str | None = None
+    params: dict = dataclasses.field(default_factory=dict)
+    limits: dict = dataclasses.field(default_factory=dict)
+    command_timeout_ms: float = 200.0
+    state_hz: float = 100.0
+    stream_hwm: int = 100
+    streaming: bool = True
+    calibration: str | None = None
+
+
+@dataclasses.dataclass(frozen=True)
+class SiteConfig:
+    name: str
+    path: str
+    devices: dict[str, DeviceSpec]
+    security: CurveKeys | None = None
+    arm: str | None = None
+    cameras: tuple[str, ...] = ()
+    description: str = ""
+
+
+_DEVICE_KEYS = {f.name for f in dataclasses.fields(DeviceSpec)} - {"name"}
+
+
+def preset_names() -> list[str]:
+    files = resources.files("robot_io").joinpath(PRESET_DIR)
+    return sorted(p.name[:-5] for p in files.iterdir() if p.name.endswith(".yaml"))
+
+
+def resolve_site_path(site: str) -> str:
+    """A path to a YAML file, or the name of a preset (with a did-you-mean on typos)."""
+    if os.path.exists(site):
+        return os.path.abspath(site)
+    if site.endswith((".yaml", ".yml")) or os.sep in site:
+        raise SiteError(f"site file not found: {site}")
+    names = preset_names()
+    if site not in names:
+        close = difflib.get_close_matches(site, names, n=1)
+        hint = f" Did you mean {close[0]!r}?" if close else ""
+        raise SiteError(f"unknown site {site!r}: not a file and not a preset.{hint} Presets: {', '.join(names)}")
+    return str(resources.files("robot_io").joinpath(PRESET_DIR, site + ".yaml"))
+
+
+def load_site(site: str) -> SiteConfig:
+    path = resolve_site_path(site)
+    try:
+        with open(path) as f:
+            raw = yaml.safe_load(f)
+    except yaml.YAMLError as e:
+        raise SiteError(f"{path}: not valid YAML: {e}") from None
+    return parse_site(raw, path)
+
+
+def parse_site(raw: Any, path: str = "<site>") -> SiteConfig:
+    base = os.path.dirname(os.path.abspath(path)) if path != "<site>" else os.getcwd()
+
+    def err(field, msg):
+        return SiteError(f"{path}: {field}: {msg}")
+
+    if not isinstance(raw, dict):
+        raise err("(top level)", "a site file must be a mapping with 'name' and 'devices'")
+    unknown = set(raw) - {"name", "description", "security", "robot", "devices"}
+    if unknown:
+        raise err(sorted(unknown)[0], f"unknown top-level field; known: description, devices, name, robot, security")
+    name = raw.get("name") or os.path.splitext(os.path.basename(path))[0]
+    devs = raw.get("devices")
+    if not isinstance(devs, dict) or not devs:
+        raise err("devices", "must map device names to their settings (at least one device)")
+    devices = {}
+    for dname, d in devs.items():
+        where = f"devices.{dname}"
+        if not isinstance(d, dict):
+            raise err(where, "must be a mapping")
+        bad = set(d) - _DEVICE_KEYS
+        if bad:
+            k = sorted(bad)[0]
+            close = difflib.get_close_matches(k, _DEVICE_KEYS, n=1)
+            raise err(f"{where}.{k}", "unknown field" + (f"; did you mean {close[0]!r}?" if close else ""))
+        for req in ("driver", "command"):
+            if not isinstance(d.get(req), str):
+                raise err(f"{where}.{req}", "required (a string)")
+        for k in ("params", "limits"):
+            if k in d and not isinstance(d[k], dict):
+                raise err(f"{where}.{k}", "must be a mapping")
+        for k in ("command", "stream"):
+            ep = d.get(k)
+            if ep is not None and not (isinstance(ep, str) and ep.split("://")[0] in ("tcp", "ipc", "inproc")):
+                raise err(f"{where}.{k}", f"endpoint {ep!r} must look like tcp://HOST:PORT, ipc://PATH or inproc://NAME")
+        for k in ("command_timeout_ms", "state_hz"):
+            if k in d and not (isinstance(d[k], (int, float)) and d[k] > 0):
+                raise err(f"{where}.{k}", f"must be a positive number, got {d[k]!r}")
+        try:
+            ArmLimits.from_dict(d.get("limits"))
+        except (TypeError, ValueError) as e:
+            raise err(f"{where}.limits", str(e)) from None
+        cal = d.get("calibration")
+        if cal is not None:
+            cal = os.path.normpath(os.path.join(base, cal))
+        devices[dname] = DeviceSpec(name=dname, **{**d, "calibration": cal})
+    for dname, d in devices.items():
+        for k, v in d.params.items():
+            if isinstance(v, str) and v.startswith("@") and v[1:] not in devices:
+                raise err(f"devices.{dname}.params.{k}", f"refers to unknown device {v[1:]!r}")
+    sec = raw.get("security")
+    keys = None
+    if sec is not None:
+        if not isinstance(sec, dict):
+            raise err("security", "must be a mapping of key file paths")
+        bad = set(sec) - {f.name for f in dataclasses.fields(CurveKeys)}
+        if bad:
+            raise err(f"security.{sorted(bad)[0]}", "unknown field; known: authorized_clients, client_secret, "
+                      "server_public, server_secret")
+        keys = CurveKeys(**sec).resolve(base)
+    robot = raw.get("robot") or {}
+    arm = robot.get("arm")
+    cams = tuple(robot.get("cameras") or ())
+    for c in ([arm] if arm else []) + list(cams):
+        if c not in devices:
+            raise err("robot", f"names unknown device {c!r}; devices: {', '.join(devices)}")
+    return SiteConfig(name=name, path=path, devices=devices, security=keys, arm=arm, cameras=cams,
+                      description=raw.get("description", ""))
+
+
+def build_servers(site: SiteConfig, load_driver: Callable[[str], type], insecure: bool = False,
+                  only: list[str] | None = None):
+    """Construct (not start) one DeviceServer per device. ``load_driver`` maps a driver name to a
+    class (``hardware.load_driver``); passing it in keeps robot_io free of hardware imports."""
+    from robot_io.server import ArmService, CameraService, DeviceServer
+
+    built: dict[str, Any] = {}
+    servers = []
+    for name, spec in site.devices.items():
+        if only and name not in only:
+            continue
+        cls = load_driver(spec.driver)
+        params = {k: (built[v[1:]] if isinstance(v, str) and v.startswith("@") else v) for k, v in spec.params.items()}
+        try:
+            device = cls(name=name, **params)
+        except TypeError as e:
+            raise SiteError(f"{site.path}: devices.{name}.params: {e}") from None
+        built[name] = device
+        kind = getattr(cls, "kind", "device")
+        if kind == "arm":
+            service = ArmService(name, device, ArmLimits.from_dict(spec.limits), state_hz=spec.state_hz)
+        elif kind == "camera":
+            service = CameraService(name, device, stream=spec.streaming)
+        else:
+            raise SiteError(f"{site.path}: devices.{name}.driver: {spec.driver!r} is a {kind!r}, "
+                            "which the bridge cannot serve yet")
+        servers.append(DeviceServer(service, spec.command, spec.stream if spec.streaming else None,
+                                    command_timeout_ms=spec.command_timeout_ms, keys=site.security,
+                                    insecure=insecure, stream_hwm=spec.stream_hwm))
+    return servers

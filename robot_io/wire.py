@@ -1,0 +1,209 @@
+"""The bridge's wire format: one msgpack header frame, then one raw frame per numpy array.
+
+A message is a ZMQ multipart::
+
+    frame 0: msgpack {v, type, device, seq, t_mono_ns, t_wall_ns,
+                      arrays: [{name, dtype, shape}, ...], ...type-specific fields}
+    frame 1..N: the raw bytes of each array, C order, in header order (sent zero-copy)
+
+Never pickle. ``decode`` refuses anything malformed with a :class:`ProtocolError` whose
+``code`` and ``field`` say exactly what was wrong; servers turn it into an error reply and
+keep serving. Message types and their required header fields live in ``MESSAGE_TYPES``: the
+one schema of the bridge, shared by servers, clients and the round-trip tests.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from typing import Any, Sequence
+
+import msgpack
+import numpy as np
+
+PROTOCOL_VERSION = 1
+
+# dtypes allowed on the wire (little-endian only, no objects)
+WIRE_DTYPES = frozenset({"uint8", "int8", "uint16", "int16", "uint32", "int32", "int64", "uint64",
+                         "float16", "float32", "float64", "bool"})
+
+MAX_ARRAYS = 64
+MAX_NDIM = 8
+
+
+@dataclasses.dataclass(frozen=True)
+class MessageType:
+    name: str
+    doc: str
+    fields: tuple[str, ...] = ()  # header fields that must be present (besides the common ones)
+
+
+# The one schema of the bridge. Command types go client -> server over DEALER/ROUTER and carry
+# ``req_id`` and ``deadline_ns`` (a time.monotonic_ns() after which the server must not apply
+# them); the server answers each with ``reply`` or ``error`` carrying the same ``req_id``.
+_TYPES = [
+    # streams (PUB/SUB)
+    MessageType("state", "Device state sample (arm: q, dq, ee_pos, ee_quat, gripper, ...)."),
+    MessageType("frame", "Camera frame: rgb [H,W,3] uint8, optional depth [H,W] float32.", ("index",)),
+    # commands (DEALER -> ROUTER)
+    MessageType("ee_delta", "Arm: move the end effector by `action` [7] = dpos(3) m, drot(3) rad "
+                "axis-angle, gripper opening (1) in [0,1].", ("req_id", "deadline_ns")),
+    MessageType("joint_position", "Arm: go to joint positions `q` [J] rad, optional `gripper` [1].",
+                ("req_id", "deadline_ns")),
+    MessageType("reset", "Bring the device to its start state and re-arm it after a safe stop "
+                "(a simulator re-randomises from `seed`).", ("req_id", "deadline_ns")),
+    MessageType("stop", "Put the device in its safe state now (software e-stop).", ("req_id", "deadline_ns")),
+    MessageType("capture", "Camera: capture a frame now and return it in the reply.", ("req_id", "deadline_ns")),
+    MessageType("describe", "Return the device description, limits and stream layout.", ("req_id", "deadline_ns")),
+    MessageType("ping", "Round-trip check; the reply echoes the request.", ("req_id", "deadline_ns")),
+    MessageType("heartbeat", "Keep-alive: resets the device watchdog (both directions).", ("req_id",)),
+    # replies (ROUTER -> DEALER)
+    MessageType("reply", "Success: the command actually applied (after clipping) and `clipped` "
+                "(names of clipped fields).", ("req_id",)),
+    MessageType("error", "Refusal: `code`, `field`, `message`; the device did not move.",
+                ("req_id", "code", "message")),
+]
+MESSAGE_TYPES: dict[str, MessageType] = {t.name: t for t in _TYPES}
+COMMAND_TYPES = frozenset(n for n, t in MESSAGE_TYPES.items() if "deadline_ns" in t.fields) | {"heartbeat"}
+STREAM_TYPES = frozenset({"state", "frame"})
+_COMMON = ("v", "type", "device", "seq", "t_mono_ns", "t_wall_ns", "arrays")
+
+
+class ProtocolError(ValueError):
+    """A message was refused. ``code`` is a stable identifier, ``field`` names the culprit."""
+
+    def __init__(self, code: str, message: str, field: str | None = None) -> None:
+        super().__init__(f"[{code}] {message}")
+        self.code, self.field, self.message = code, field, message
+
+
+@dataclasses.dataclass
+class Message:
+    type: str
+    device: str = ""
+    arrays: dict[str, np.ndarray] = dataclasses.field(default_factory=dict)
+    meta: dict[str, Any] = dataclasses.field(default_factory=dict)
+    seq: int = 0
+    t_mono_ns: int = 0
+    t_wall_ns: int = 0
+    v: int = PROTOCOL_VERSION
+
+    def __getitem__(self, key: str) -> Any:
+        return self.meta[key]
+
+    def get(self, key: str, default: Any = None) -> Any:
+        return self.meta.get(key, default)
+
+
+def encode(msg: Message) -> list:
+    """Message -> list of frames (header bytes, then array buffers, zero-copy where contiguous)."""
+    specs, frames = [], []
+    for name, arr in msg.arrays.items():
+        a = np.asarray(arr)
+        if a.dtype.name not in WIRE_DTYPES:
+            raise ProtocolError("bad_dtype", f"array {name!r} has dtype {a.dtype} which cannot go on the wire", name)
+        if a.dtype.byteorder == ">":
+            a = a.astype(a.dtype.newbyteorder("<"))
+        if not a.flags.c_contiguous:
+            a = np.ascontiguousarray(a)
+        specs.append({"name": name, "dtype": a.dtype.name, "shape": list(a.shape)})
+        frames.append(memoryview(a.reshape(-1).view(np.uint8)) if a.size else b"")
+    header = {
+        "v": msg.v,
+        "type": msg.type,
+        "device": msg.device,
+        "seq": msg.seq,
+        "t_mono_ns": msg.t_mono_ns or time.monotonic_ns(),
+        "t_wall_ns": msg.t_wall_ns or time.time_ns(),
+        "arrays": specs,
+    }
+    for k, val in msg.meta.items():
+        if k in header:
+            raise ProtocolError("bad_header", f"meta field {k!r} collides with a header field", k)
+        header[k] = val
+    return [msgpack.packb(header, use_bin_type=True), *frames]
+
+
+def _buf(frame) -> memoryview:
+    # zmq.Frame (copy=False) exposes .buffer; bytes / memoryview pass through
+    return frame.buffer if hasattr(frame, "buffer") else memoryview(frame)
+
+
+def decode(frames: Sequence) -> Message:
+    """Frames -> Message, or ProtocolError naming the problem. Array frames are read zero-copy
+    (read-only views of the received buffers)."""
+    if not frames:
+        raise ProtocolError("truncated", "empty multipart message")
+    try:
+        header = msgpack.unpackb(_buf(frames[0]), raw=False, strict_map_key=True)
+    except Exception as e:  # msgpack raises several exception types for garbage
+        raise ProtocolError("bad_header", f"frame 0 is not a msgpack header ({type(e).__name__}: {e})") from None
+    if not isinstance(header, dict):
+        raise ProtocolError("bad_header", f"header must be a map, got {type(header).__name__}")
+    v = header.get("v")
+    if v != PROTOCOL_VERSION:
+        raise ProtocolError("bad_version", f"unsupported protocol version {v!r} (this bridge speaks "
+                            f"v{PROTOCOL_VERSION})", "v")
+    for k in _COMMON:
+        if k not in header:
+            raise ProtocolError("bad_header", f"header is missing field {k!r}", k)
+    mtype = header["type"]
+    spec = MESSAGE_TYPES.get(mtype) if isinstance(mtype, str) else None
+    if spec is None:
+        raise ProtocolError("unknown_type", f"unknown message type {mtype!r}; known: "
+                            f"{', '.join(sorted(MESSAGE_TYPES))}", "type")
+    for k in spec.fields:
+        if k not in header:
+            raise ProtocolError("bad_header", f"{mtype!r} message is missing field {k!r}", k)
+    for k in ("seq", "t_mono_ns", "t_wall_ns"):
+        if not isinstance(header[k], int):
+            raise ProtocolError("bad_header", f"header field {k!r} must be an integer", k)
+    specs = header["arrays"]
+    if not isinstance(specs, list) or len(specs) > MAX_ARRAYS:
+        raise ProtocolError("bad_header", "header field 'arrays' must be a list of at most "
+                            f"{MAX_ARRAYS} array specs", "arrays")
+    if len(frames) != 1 + len(specs):
+        raise ProtocolError("truncated", f"header announces {len(specs)} array frame(s) but "
+                            f"{len(frames) - 1} arrived", "arrays")
+    arrays = {}
+    for i, s in enumerate(specs):
+        if not (isinstance(s, dict) and isinstance(s.get("name"), str)):
+            raise ProtocolError("bad_header", f"array spec {i} must be a map with a string 'name'", "arrays")
+        name, dtype, shape = s["name"], s.get("dtype"), s.get("shape")
+        if dtype not in WIRE_DTYPES:
+            raise ProtocolError("bad_dtype", f"array {name!r} has unsupported dtype {dtype!r}", name)
+        if (not isinstance(shape, list) or len(shape) > MAX_NDIM
+                or not all(isinstance(d, int) and d >= 0 for d in shape)):
+            raise ProtocolError("bad_shape", f"array {name!r} has an invalid shape {shape!r}", name)
+        dt = np.dtype(dtype)
+        buf = _buf(frames[1 + i])
+        expected = dt.itemsize * int(np.prod(shape, dtype=np.int64))
+        if buf.nbytes != expected:
+            raise ProtocolError("truncated", f"array {name!r} {dtype}{shape} needs {expected} bytes, "
+                                f"frame has {buf.nbytes}", name)
+        arrays[name] = np.frombuffer(buf, dtype=dt).reshape(shape) if expected else np.zeros(shape, dt)
+    meta = {k: val for k, val in header.items() if k not in _COMMON}
+    return Message(type=mtype, device=header["device"], arrays=arrays, meta=meta, seq=header["seq"],
+                   t_mono_ns=header["t_mono_ns"], t_wall_ns=header["t_wall_ns"], v=v)
+
+
+def check_array(msg: Message, name: str, dtype: str, shape: tuple[int, ...], finite: bool = True,
+                required: bool = True) -> np.ndarray | None:
+    """Validate one array of a command; raise ProtocolError naming it when it is wrong."""
+    if name not in msg.arrays:
+        if required:
+            raise ProtocolError("missing_field", f"{msg.type!r} needs array {name!r} ({dtype}{list(shape)})", name)
+        return None
+    a = msg.arrays[name]
+    if a.dtype.name != dtype:
+        raise ProtocolError("bad_dtype", f"array {name!r} must be {dtype}, got {a.dtype.name}", name)
+    if tuple(a.shape) != tuple(shape):
+        raise ProtocolError("bad_shape", f"array {name!r} must have shape {list(shape)}, got {list(a.shape)}", name)
+    if finite and a.dtype.kind == "f" and not np.isfinite(a).all():
+        bad = np.flatnonzero(~np.isfinite(a)).tolist()
+        raise ProtocolError("non_finite", f"array {name!r} has non-finite values at flat index {bad}", name)
+    return a
+
+
+def error_message(device: str, req_id: Any, code: str, message: str, field: str | None = None) -> Message:
+    return Message("error", device, meta={"req_id": req_id, "code": code, "message": message, "field": field})

@@ -1,0 +1,68 @@
+"""`vla`: one command line for the whole stack.
+
+Each subcommand lives in its own module and is imported only when it runs, so `vla --help`
+and `vla bridge ...` start fast and never import torch.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import logging
+import sys
+
+# subcommand -> (module, one-line help). Each module defines add_parser(subparsers) and run(args).
+COMMANDS: dict[str, tuple[str, str]] = {
+    "bridge": ("vla.commands.bridge", "serve devices over the ZMQ hardware bridge, ping them, list them, make keys"),
+    "demo": ("vla.commands.demo", "the main job on the simulated default: sim Franka bridge, scripted motion, plots"),
+}
+
+EPILOG = """\
+examples:
+  vla demo                                   # sim Franka over the bridge; frames + tracking plot in runs/
+  vla bridge serve --site sim-franka         # serve the simulated Franka and its cameras
+  vla bridge ping --site sim-franka          # round-trip time of every device
+  vla bridge devices --site sim-franka       # what a site serves, and where
+
+Every device (robot arm, cameras, ...) sits behind one ZMQ bridge; simulators are the default,
+so all of this runs on a laptop. `vla SUBCOMMAND --help` explains each subcommand.
+"""
+
+
+def _user_errors() -> tuple[type[BaseException], ...]:
+    from robot_io.client import BridgeError
+    from robot_io.security import SecurityError
+    from robot_io.site import SiteError
+
+    return (SiteError, SecurityError, BridgeError, FileNotFoundError)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="vla",
+        description="Fine-tune and steer vision-language-action policies on real robots (or their simulators).",
+        epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("-v", "--verbose", action="count", default=0, help="more logging (-vv for debug)")
+    sub = p.add_subparsers(dest="command", metavar="SUBCOMMAND", required=True)
+    for name, (module, help_) in COMMANDS.items():
+        importlib.import_module(module).add_parser(sub, name, help_)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    USER_ERRORS = _user_errors()
+    level = logging.WARNING - 10 * args.verbose
+    logging.basicConfig(level=max(level, logging.DEBUG), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    try:
+        return int(args.run(args) or 0)
+    except USER_ERRORS as e:  # a problem the user can fix: one clear line, no traceback
+        print(f"vla {args.command}: error: {e}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())
