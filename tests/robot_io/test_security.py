@@ -1,0 +1,73 @@
+"""CurveZMQ: a server bound off loopback refuses to start without keys and refuses clients
+without the right keys. Traffic stays on this machine: the server binds 0.0.0.0 (off loopback),
+clients connect to 127.0.0.1."""
+
+import socket
+
+import numpy as np
+import pytest
+
+from robot_io.client import BridgeTimeout, DeviceClient
+from robot_io.security import CurveKeys, SecurityError, is_local_endpoint, make_keys
+from robot_io.server import ArmService, DeviceServer
+from tests.mocks.fake_arm import KinematicArm
+
+
+def _free_port():
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    p = s.getsockname()[1]
+    s.close()
+    return p
+
+
+@pytest.mark.parametrize("ep, local", [("tcp://127.0.0.1:5", True), ("tcp://localhost:5", True),
+                                        ("tcp://[::1]:5", True), ("ipc:///tmp/x", True), ("inproc://x", True),
+                                        ("tcp://0.0.0.0:5", False), ("tcp://*:5", False),
+                                        ("tcp://192.168.1.20:5", False), ("tcp://eth0:5", False)])
+def test_is_local_endpoint(ep, local):
+    assert is_local_endpoint(ep) is local
+
+
+def test_refuses_to_bind_off_loopback_without_keys():
+    srv = DeviceServer(ArmService("arm", KinematicArm()), f"tcp://0.0.0.0:{_free_port()}")
+    with pytest.raises(SecurityError, match="--insecure"):
+        srv.start()
+
+
+def test_insecure_flag_allows_it_explicitly():
+    srv = DeviceServer(ArmService("arm", KinematicArm()), f"tcp://0.0.0.0:{_free_port()}", insecure=True)
+    srv.start()
+    try:
+        port = srv.command_endpoint.rsplit(":", 1)[1]
+        with DeviceClient(f"tcp://127.0.0.1:{port}", "arm", 1.0) as c:
+            assert c.ping() < 1.0
+    finally:
+        srv.stop()
+
+
+def test_client_without_keys_is_refused_client_with_keys_served(tmp_path):
+    k = make_keys(str(tmp_path / "keys"), ("operator", "intruder"))
+    # the intruder has a key pair, but its public key is not in authorized_clients
+    import os
+    os.remove(os.path.join(k["authorized_clients"], "intruder.key"))
+    server_keys = CurveKeys(server_secret=k["server_secret"], authorized_clients=k["authorized_clients"])
+    arm = KinematicArm()
+    srv = DeviceServer(ArmService("arm", arm), f"tcp://0.0.0.0:{_free_port()}", keys=server_keys)
+    srv.start()
+    ep = "tcp://127.0.0.1:" + srv.command_endpoint.rsplit(":", 1)[1]
+    try:
+        with DeviceClient(ep, "arm", 0.5) as plain:
+            with pytest.raises(BridgeTimeout, match="keys"):
+                plain.request("ee_delta", {"action": np.full(7, 0.01, np.float32)})
+        bad = CurveKeys(client_secret=k["intruder_secret"], server_public=k["server_public"])
+        with DeviceClient(ep, "arm", 0.5, keys=bad) as c:
+            with pytest.raises(BridgeTimeout):
+                c.ping()
+        assert arm.motion_calls() == []
+        good = CurveKeys(client_secret=k["operator_secret"], server_public=k["server_public"])
+        with DeviceClient(ep, "arm", 2.0, keys=good) as c:
+            c.request("ee_delta", {"action": np.full(7, 0.01, np.float32)})
+        assert len(arm.motion_calls()) == 1
+    finally:
+        srv.stop()
