@@ -1,0 +1,50 @@
+import pytest
+
+import hardware
+from robot_io.site import SiteError, build_servers, load_site, parse_site, preset_names
+
+
+def test_presets_load():
+    assert {"sim-franka", "sim-franka-fast", "franka-lab"} <= set(preset_names())
+    for name in preset_names():
+        site = load_site(name)
+        assert site.arm in site.devices
+        for d in site.devices.values():
+            assert d.driver in hardware.REGISTRY, f"{name}: unknown driver {d.driver}"
+
+
+def test_typo_gets_did_you_mean():
+    with pytest.raises(SiteError, match="(?i)did you mean 'sim-franka'"):
+        load_site("sim-frank")
+
+
+BASE = {"name": "t", "devices": {"arm": {"driver": "sim_franka", "command": "tcp://127.0.0.1:1"}}}
+
+
+@pytest.mark.parametrize("patch, field", [
+    ({"devices": {}}, "devices"),
+    ({"devices": {"arm": {"driver": "sim_franka"}}}, "devices.arm.command"),
+    ({"devices": {"arm": {"driver": "sim_franka", "command": "http://x"}}}, "devices.arm.command"),
+    ({"devices": {"arm": {"driver": "sim_franka", "command": "tcp://127.0.0.1:1", "comand_timeout_ms": 5}}},
+     "devices.arm.comand_timeout_ms"),
+    ({"devices": {"arm": {"driver": "sim_franka", "command": "tcp://127.0.0.1:1", "command_timeout_ms": -5}}},
+     "devices.arm.command_timeout_ms"),
+    ({"devices": {"arm": {"driver": "sim_franka", "command": "tcp://127.0.0.1:1",
+                          "limits": {"workspace_min": [1, 0, 0], "workspace_max": [0, 1, 1]}}}}, "devices.arm.limits"),
+    ({"devices": {"arm": {"driver": "sim_franka", "command": "tcp://127.0.0.1:1", "params": {"sim": "@nope"}}}},
+     "devices.arm.params.sim"),
+    ({"robot": {"arm": "leg"}}, "robot"),
+    ({"security": {"server_key": "x"}}, "security.server_key"),
+    ({"colour": "blue"}, "colour"),
+])
+def test_bad_site_errors_name_the_field(patch, field):
+    raw = {**BASE, **patch}
+    with pytest.raises(SiteError) as e:
+        parse_site(raw, "/tmp/site.yaml")
+    assert f"{field}:" in str(e.value) and "/tmp/site.yaml" in str(e.value)
+
+
+def test_unknown_driver_did_you_mean():
+    site = parse_site({"name": "t", "devices": {"arm": {"driver": "sim_frank", "command": "tcp://127.0.0.1:1"}}})
+    with pytest.raises(KeyError, match="did you mean 'sim_franka'"):
+        build_servers(site, hardware.load_driver)
