@@ -16,7 +16,8 @@ def add_parser(sub, name: str, help_: str) -> None:
         "The ZMQ hardware bridge. Every device of a site (arm, cameras) is served on its own command "
         "endpoint (DEALER/ROUTER: typed commands, replies with the command actually applied) and stream "
         "endpoint (PUB: states and frames). A watchdog puts a device in its safe state when commands stop; "
-        "safety limits are enforced in the server. Off loopback, CurveZMQ keys are required."),
+        "safety limits are enforced in the server. Off loopback, CurveZMQ keys are required. A site is a YAML file naming the devices, their drivers, "
+        "endpoints, limits and keys, or the name of a preset (sim-franka, sim-franka-fast, franka-lab)."),
         formatter_class=argparse.RawDescriptionHelpFormatter, epilog="""\
 examples:
   vla bridge serve --site sim-franka            # simulated Franka + front/wrist cameras, real time

@@ -23,7 +23,7 @@ def add_parser(sub, name: str, help_: str) -> None:
         "drive the arm through a scripted square-and-grasp motion over the bridge at a fixed control rate, "
         "and write camera frames, a commanded-vs-measured end-effector plot and summary.json to a run "
         "directory."), epilog="example:\n  vla demo --out runs/ --control-hz 10\n")
-    p.add_argument("--site", default="sim-franka", help="site to serve and drive (default: sim-franka)")
+    p.add_argument("--site", default="sim-franka", help="site YAML file or preset name to serve and drive (default: sim-franka)")
     p.add_argument("--out", default="runs", help="parent folder of the run directory (default: runs/)")
     p.add_argument("--control-hz", type=float, default=10.0, help="control rate of the scripted motion (default 10)")
     p.add_argument("--seed", type=int, default=0, help="scene seed (object placement)")
