@@ -1,0 +1,1 @@
+"""Camera intrinsics, hand-eye, screen homography, latency and clock-offset calibration."""

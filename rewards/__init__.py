@@ -1,0 +1,1 @@
+"""Reward sources: simulator success predicates, success classifiers, VLM judges, shaping."""
