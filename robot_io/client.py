@@ -135,7 +135,7 @@ class DeviceClient:
                     misses = 0
                 except BridgeTimeout:
                     misses += 1
-                    if misses in (1, 10) or misses % 100 == 0:
+                    if misses in (3, 10) or misses % 100 == 0:  # one late answer is not news
                         log.warning("%s: %d heartbeat(s) unanswered", self.device, misses)
         finally:
             hb.close()

@@ -106,7 +106,7 @@ class ArmService(Service):
             "gripper": np.array([s.gripper], np.float32),
         }
         for k, v in (s.extras or {}).items():
-            arrays[k] = np.asarray(v, np.float32)
+            arrays[k] = np.asarray(v)  # keep the driver dtype (sim time needs float64)
         return arrays, {"safe": bool(s.safe), "state_t_mono_ns": int(s.t_mono_ns)}
 
     def _advance(self) -> None:

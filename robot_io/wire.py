@@ -15,6 +15,7 @@ one schema of the bridge, shared by servers, clients and the round-trip tests.
 from __future__ import annotations
 
 import dataclasses
+import math
 import time
 from typing import Any, Sequence
 
@@ -69,6 +70,20 @@ STREAM_TYPES = frozenset({"state", "frame"})
 _COMMON = ("v", "type", "device", "seq", "t_mono_ns", "t_wall_ns", "arrays")
 
 
+# ``np.dtype.name`` is computed in Python by numpy on every access (a few microseconds, several
+# times per message); the names of the few dtypes allowed on the wire are cached here.
+_DTYPE_NAMES: dict[np.dtype, str] = {}
+
+
+def _dtype_name(dt: np.dtype) -> str:
+    name = _DTYPE_NAMES.get(dt)
+    if name is None:
+        name = dt.name
+        if name in WIRE_DTYPES:  # bounded: only wire dtypes (each in its byte orders) are cached
+            _DTYPE_NAMES[dt] = name
+    return name
+
+
 class ProtocolError(ValueError):
     """A message was refused. ``code`` is a stable identifier, ``field`` names the culprit."""
 
@@ -100,13 +115,14 @@ def encode(msg: Message) -> list:
     specs, frames = [], []
     for name, arr in msg.arrays.items():
         a = np.asarray(arr)
-        if a.dtype.name not in WIRE_DTYPES:
+        dtype_name = _dtype_name(a.dtype)
+        if dtype_name not in WIRE_DTYPES:
             raise ProtocolError("bad_dtype", f"array {name!r} has dtype {a.dtype} which cannot go on the wire", name)
         if a.dtype.byteorder == ">":
             a = a.astype(a.dtype.newbyteorder("<"))
         if not a.flags.c_contiguous:
             a = np.ascontiguousarray(a)
-        specs.append({"name": name, "dtype": a.dtype.name, "shape": list(a.shape)})
+        specs.append({"name": name, "dtype": dtype_name, "shape": list(a.shape)})
         frames.append(memoryview(a.reshape(-1).view(np.uint8)) if a.size else b"")
     header = {
         "v": msg.v,
@@ -177,7 +193,7 @@ def decode(frames: Sequence) -> Message:
             raise ProtocolError("bad_shape", f"array {name!r} has an invalid shape {shape!r}", name)
         dt = np.dtype(dtype)
         buf = _buf(frames[1 + i])
-        expected = dt.itemsize * int(np.prod(shape, dtype=np.int64))
+        expected = dt.itemsize * math.prod(shape)  # exact (shape holds validated non-negative ints)
         if buf.nbytes != expected:
             raise ProtocolError("truncated", f"array {name!r} {dtype}{shape} needs {expected} bytes, "
                                 f"frame has {buf.nbytes}", name)
@@ -195,7 +211,7 @@ def check_array(msg: Message, name: str, dtype: str, shape: tuple[int, ...], fin
             raise ProtocolError("missing_field", f"{msg.type!r} needs array {name!r} ({dtype}{list(shape)})", name)
         return None
     a = msg.arrays[name]
-    if a.dtype.name != dtype:
+    if _dtype_name(a.dtype) != dtype:
         raise ProtocolError("bad_dtype", f"array {name!r} must be {dtype}, got {a.dtype.name}", name)
     if tuple(a.shape) != tuple(shape):
         raise ProtocolError("bad_shape", f"array {name!r} must have shape {list(shape)}, got {list(a.shape)}", name)

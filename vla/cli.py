@@ -9,7 +9,11 @@ from __future__ import annotations
 import argparse
 import importlib
 import logging
+import os
 import sys
+
+# MuJoCo reads MUJOCO_GL when it is first imported: headless EGL unless the user chose otherwise.
+os.environ.setdefault("MUJOCO_GL", "egl")
 
 # subcommand -> (module, one-line help). Each module defines add_parser(subparsers) and run(args).
 COMMANDS: dict[str, tuple[str, str]] = {
