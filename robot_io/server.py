@@ -19,6 +19,7 @@ imports hardware), so any object with the ``hardware.base.Arm`` / ``Camera`` met
 from __future__ import annotations
 
 import logging
+import math
 import threading
 import time
 from typing import Any, Iterator
@@ -116,13 +117,13 @@ class ArmService(Service):
     def handle(self, msg: Message):
         t = msg.type
         if t == "ee_delta":
-            a = check_array(msg, "action", "float32", (7,)).astype(np.float64)
+            a = check_array(msg, "action", "float32", (7,)).tolist()
             s = self.device.read_state()
-            target, dpos, drot, grip, clipped = L.clip_ee_delta(self.limits, np.asarray(s.ee_pos), a[:3], a[3:6], a[6])
-            quat = L.quat_mul(L.axis_angle_to_quat(drot), np.asarray(s.ee_quat, np.float64))
-            self.device.command_ee_pose(target, quat / np.linalg.norm(quat), grip)
+            target, dpos, drot, grip, clipped = L.clip_ee_delta(self.limits, s.ee_pos, a[:3], a[3:6], a[6])
+            quat = L.quat_mul(L.axis_angle_to_quat(drot), s.ee_quat)
+            self.device.command_ee_pose(target, quat / math.sqrt(float(quat @ quat)), grip)
             self._advance()
-            applied = np.concatenate([dpos, drot, [grip]]).astype(np.float32)
+            applied = np.array([*dpos, *drot, grip], np.float32)
             return ({"applied": applied, "target_pos": target.astype(np.float32),
                      "target_quat": quat.astype(np.float32)}, {"clipped": clipped})
         if t == "joint_position":
