@@ -12,12 +12,14 @@ export MUJOCO_GL ?= egl
 
 setup: $(STAMPS)/venv
 
+APT_PACKAGES := libusb-1.0-0 socat libegl1 libegl-mesa0 libgl1-mesa-dri libopengl0
+
 $(STAMPS)/apt:
 	@mkdir -p $(STAMPS)
-	@if ! ldconfig -p | grep -q 'libusb-1.0.so.0' || ! command -v socat >/dev/null || ! ldconfig -p | grep -q 'libEGL.so.1' || ! ldconfig -p | grep -q 'libOpenGL.so.0'; then \
-	  echo ">> installing apt packages (libusb-1.0-0 socat libegl1 libopengl0 libgl1-mesa-dri)"; \
+	@if ! dpkg -s $(APT_PACKAGES) >/dev/null 2>&1; then \
+	  echo ">> installing apt packages: $(APT_PACKAGES)"; \
 	  SUDO=$$( [ $$(id -u) -eq 0 ] || echo sudo ); \
-	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq libusb-1.0-0 socat libegl1 libopengl0 libgl1-mesa-dri >/dev/null; \
+	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq $(APT_PACKAGES) >/dev/null; \
 	fi
 	@touch $@
 

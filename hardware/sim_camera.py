@@ -87,6 +87,13 @@ class SimCamera(Camera):
                 _ORPHANED_RENDERERS.append(r)  # keep it referenced so that GC never tries to free it here
         self._render_thread = None
 
+    def release_renderer(self) -> None:
+        """Free the GL context now; call it from the rendering thread when it stops rendering
+        (the bridge's stream thread does, on its way out). The next frame makes a new one."""
+        if self._renderer is not None and self._render_thread == threading.get_ident():
+            self._renderer.close()
+            self._renderer, self._render_thread = None, None
+
     def describe(self):
         return {**super().describe(), "camera": self.camera, "sim": True}
 

@@ -212,6 +212,15 @@ class CameraService(Service):
     def stream(self, stop: threading.Event) -> Iterator[Message]:
         if not self.streaming:
             return
+        try:
+            yield from self._stream_frames(stop)
+        finally:
+            # a renderer's GL context belongs to this thread: let the device free it here
+            release = getattr(self.device, "release_renderer", None)
+            if release is not None:
+                release()
+
+    def _stream_frames(self, stop: threading.Event) -> Iterator[Message]:
         failures = 0
         while not stop.is_set():
             try:
@@ -395,8 +404,9 @@ class DeviceServer:
     # -- stream thread ----------------------------------------------------------------------
     def _stream_loop(self, pub: zmq.Socket) -> None:
         seq = 0
+        stream = self.service.stream(self._stop)
         try:
-            for msg in self.service.stream(self._stop):
+            for msg in stream:
                 seq += 1
                 msg.seq = seq
                 if msg.type == "state":
@@ -407,4 +417,6 @@ class DeviceServer:
             self.stream_error = e
             log.exception("%s: stream stopped", self.name)
         finally:
+            if hasattr(stream, "close"):
+                stream.close()  # run the generator's cleanup in this thread (GL contexts live here)
             pub.close(linger=0)
