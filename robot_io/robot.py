@@ -82,8 +82,9 @@ class RobotClient:
             arrays["gripper"] = np.array([gripper], np.float32)
         return self.arm.request("joint_position", arrays)
 
-    def reset(self, seed: int | None = None, timeout_s: float = 30.0) -> Message:
-        return self.arm.request("reset", timeout_s=timeout_s, seed=seed)
+    def reset(self, seed: int | None = None, task: str | None = None, timeout_s: float = 30.0) -> Message:
+        meta = {"seed": seed} if task is None else {"seed": seed, "task": task}
+        return self.arm.request("reset", timeout_s=timeout_s, **meta)
 
     def stop(self) -> Message:
         return self.arm.request("stop")

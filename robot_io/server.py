@@ -148,7 +148,11 @@ class ArmService(Service):
             seed = msg.get("seed")
             if seed is not None and not isinstance(seed, int):
                 raise CommandRefused("bad_field", f"reset seed must be an integer or nil, got {seed!r}", "seed")
-            self.device.reset(seed=seed)
+            task = msg.get("task")
+            if task is not None and not isinstance(task, str):
+                raise CommandRefused("bad_field", f"reset task must be a string or nil, got {task!r}", "task")
+            # a simulator places its scene for the task; a real arm only goes home
+            self.device.reset(seed=seed, **({"task": task} if task is not None else {}))
             return self._state_arrays()
         if t == "capture":
             return self._state_arrays()
