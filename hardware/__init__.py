@@ -11,6 +11,7 @@ REGISTRY: dict[str, str] = {
     "sim_franka": "hardware.sim_franka:SimFranka",
     "sim_camera": "hardware.sim_camera:SimCamera",
     "synthetic_camera": "hardware.synthetic_camera:SyntheticCamera",
+    "null_arm": "hardware.null_arm:NullArm",
     "opencv_camera": "hardware.opencv_camera:OpenCVCamera",
     "realsense_camera": "hardware.realsense_camera:RealSenseCamera",
     "franka": "hardware.franka_franky:FrankyArm",
