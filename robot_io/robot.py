@@ -31,8 +31,10 @@ def state_vector(msg: Message) -> np.ndarray:
 
 class RobotClient:
     def __init__(self, site: SiteConfig | str, arm: str | None = None, cameras: list[str] | None = None,
-                 sync: bool = False, timeout_s: float = 2.0, heartbeat_hz: float | None = 20.0) -> None:
+                 sync: bool | None = None, timeout_s: float = 2.0, heartbeat_hz: float | None = 20.0) -> None:
         self.site = load_site(site) if isinstance(site, str) else site
+        if sync is None:  # a site whose devices do not stream (fast simulation) is observed on request
+            sync = any(not d.streaming or d.stream is None for d in self.site.devices.values())
         self.arm_name = arm or self.site.arm
         if self.arm_name is None:
             raise ValueError(f"site {self.site.name!r} names no arm: set robot.arm in the site file or pass arm=")

@@ -12,8 +12,6 @@ import argparse
 import datetime as dt
 import json
 import os
-import subprocess
-import sys
 import time
 
 
@@ -49,25 +47,15 @@ def run(args) -> int:
     from tqdm import tqdm
 
     from robot_io.env import RobotEnv
-    from robot_io.robot import RobotClient, wait_for_bridge
+    from robot_io.robot import RobotClient
     from robot_io.site import load_site
+    from vla.commands._bridge import running_bridge
 
     site = load_site(args.site)
     run_dir = os.path.join(args.out, "demo-" + dt.datetime.now().strftime("%Y%m%d-%H%M%S"))
     os.makedirs(os.path.join(run_dir, "frames"), exist_ok=True)
     log_path = os.path.join(run_dir, "bridge.log")
-    print(f"starting the '{site.name}' bridge (log: {log_path})", flush=True)
-    with open(log_path, "w") as log_f:
-        server = subprocess.Popen([sys.executable, "-m", "vla.cli", "bridge", "serve", "--site", site.path],
-                                  stdout=log_f, stderr=subprocess.STDOUT)
-    try:
-        try:
-            wait_for_bridge(site, timeout_s=120)
-        except Exception:
-            if server.poll() is not None:
-                print(open(log_path).read(), file=sys.stderr)
-                raise RuntimeError(f"the bridge exited with code {server.returncode}; see {log_path}") from None
-            raise
+    with running_bridge(site, log_path, start="auto"):
         client = RobotClient(site)
         env = RobotEnv(client, instruction="demo: trace a square, then grasp", control_hz=args.control_hz)
         obs, _ = env.reset(seed=args.seed)
@@ -98,12 +86,6 @@ def run(args) -> int:
         bar.close()
         loop = env.loop_stats()
         env.close()
-    finally:
-        server.terminate()
-        try:
-            server.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            server.kill()
     rows = np.asarray(rows)
     np.savetxt(os.path.join(run_dir, "ee_log.csv"), rows, delimiter=",",
                header="t_s,waypoint_x,waypoint_y,waypoint_z,target_x,target_y,target_z,meas_x,meas_y,meas_z,"

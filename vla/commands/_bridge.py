@@ -1,0 +1,57 @@
+"""Shared by subcommands that drive a robot: reach a site's bridge, starting it for simulators."""
+
+from __future__ import annotations
+
+import contextlib
+import subprocess
+import sys
+
+from robot_io.client import BridgeTimeout, DeviceClient
+from robot_io.robot import _connectable, wait_for_bridge
+from robot_io.site import SiteConfig
+
+SIM_DRIVERS = {"sim_franka", "sim_camera", "synthetic_camera"}
+
+
+def bridge_is_up(site: SiteConfig) -> bool:
+    for name, spec in site.devices.items():
+        with DeviceClient(_connectable(spec.command), name, 0.3, site.security) as c:
+            try:
+                c.ping()
+            except BridgeTimeout:
+                return False
+    return True
+
+
+@contextlib.contextmanager
+def running_bridge(site: SiteConfig, log_path: str, start: str = "auto"):
+    """Yield once every device of ``site`` answers. ``start``: ``auto`` starts a bridge process
+    for an all-simulated site that is not already served (and stops it afterwards), ``always``
+    starts one regardless, ``never`` only waits for an existing one."""
+    if start not in ("auto", "always", "never"):
+        raise ValueError(f"--serve must be auto, always or never, got {start!r}")
+    simulated = all(d.driver in SIM_DRIVERS for d in site.devices.values())
+    proc = None
+    if start == "always" or (start == "auto" and simulated and not bridge_is_up(site)):
+        print(f"starting the '{site.name}' bridge (log: {log_path})", flush=True)
+        with open(log_path, "w") as log_f:
+            proc = subprocess.Popen([sys.executable, "-m", "vla.cli", "bridge", "serve", "--site", site.path],
+                                    stdout=log_f, stderr=subprocess.STDOUT)
+    try:
+        try:
+            wait_for_bridge(site, timeout_s=120 if proc else 5)
+        except BridgeTimeout:
+            if proc is not None and proc.poll() is not None:
+                raise BridgeTimeout(f"the bridge exited with code {proc.returncode}; see {log_path}") from None
+            if proc is None:
+                raise BridgeTimeout(f"site '{site.name}' is not being served: start it with "
+                                    f"`vla bridge serve --site {site.path}`") from None
+            raise
+        yield
+    finally:
+        if proc is not None:
+            proc.terminate()
+            try:
+                proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                proc.kill()
