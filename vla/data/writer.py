@@ -1,0 +1,580 @@
+"""Crash-safe episode recording into a LeRobot v3 dataset, written through the lerobot library.
+
+Why this exists. Out of the box, lerobot 0.6.1's ``LeRobotDataset`` keeps pyarrow
+``ParquetWriter``s open across episodes (``data/`` and ``meta/episodes/``), appends several
+episodes into one parquet / mp4 file, buffers 10 episodes of metadata in memory and rewrites
+``meta/info.json`` / ``stats.json`` / ``tasks.parquet`` in place. A SIGKILL or power cut then
+leaves parquet files without footers, half-written JSON and a dataset lerobot can't open.
+
+What ``EpisodeWriter`` does about it, without reimplementing the v3 format (every byte is
+still written by lerobot's ``LeRobotDataset.create/resume``, ``add_frame`` and ``save_episode``):
+
+1. **One episode per file, written once.** The chunk settings ``data_files_size_in_mb`` and
+   ``video_files_size_in_mb`` are set to ~1 byte (:data:`ONE_EPISODE_PER_FILE_MB`), so
+   lerobot's own roll-over logic starts a new ``data/``, ``videos/`` and ``meta/episodes/``
+   file for every episode and never appends to (or concatenates into) an existing one.
+   The setting is stored in ``info.json``, so plain lerobot resuming the dataset keeps it.
+2. **Writers closed after every episode.** The dataset's ``DatasetWriter._save_episode_data``
+   and ``LeRobotDatasetMetadata._flush_metadata_buffer`` are wrapped *on this dataset's
+   instances only* to close their ``ParquetWriter`` right after they write, and the metadata
+   buffer size is 1. Because of (1), lerobot never reopens a closed path (which would
+   truncate it); :meth:`EpisodeWriter.save_episode` checks that after every episode.
+3. **Temp file + rename for every file lerobot writes while we call it.** During our calls
+   into lerobot (:func:`_crash_safe_io`), ``pq.ParquetWriter`` inside lerobot's
+   ``dataset_writer`` / ``dataset_metadata`` modules writes ``.<name>.<pid>.tmp`` and renames
+   it over the final name on ``close()``; ``io_utils.write_json`` (``info.json``,
+   ``stats.json``) and ``dataset_metadata.write_tasks`` (``tasks.parquet``) write a temp file,
+   fsync and ``os.replace``. Videos were already encoded into a temp dir and moved (renamed)
+   into place by lerobot. The swaps are undone when the call returns, so other lerobot users
+   in the process are unaffected.
+4. **Order = commit protocol.** Inside lerobot's ``save_episode`` the files land in this order:
+   tasks, data parquet, videos, ``meta/episodes`` parquet, ``info.json``, ``stats.json``. The
+   episode is committed once its ``meta/episodes`` file exists (all files it references exist
+   by then). A kill before that leaves only temp files / orphan files, which
+   :func:`vla.data.integrity.repair_dataset` moves to ``.repair_trash/``; a kill after it
+   leaves a complete episode whose ``info.json`` totals ``repair_dataset`` rebuilds. Resuming
+   (``resume="auto"``) runs ``repair_dataset`` first. Files are fsynced at the end of
+   ``save_episode``, so a returned episode also survives a power cut.
+
+Video. Frames are streamed to per-camera encoder threads while they are added (lerobot's
+``streaming_encoding``: no PNG round-trip, ``save_episode`` only flushes the encoder), with the
+``h264`` codec (libx264, ``preset=ultrafast``): on a 2-core CPU libsvtav1 (lerobot's default)
+is several times slower. lerobot's streaming encoder silently *drops* frames when its queue is
+full; :meth:`EpisodeWriter.add_frame` applies back-pressure instead (waits for queue room), and
+``save_episode`` refuses an episode whose video lost frames.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import os
+import shutil
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any, Literal
+
+import numpy as np
+
+logger = logging.getLogger(__name__)
+
+ONE_EPISODE_PER_FILE_MB = 1e-6
+"""File-size limit (MB) given to lerobot: any non-empty file exceeds it, so every episode
+starts new data / video / episode-metadata files (see the module docstring, point 1)."""
+
+LOCK_PATH = ".recovery/lock"
+"""Held (flock) by the process recording into the dataset; ``repair_dataset`` refuses to touch
+a locked dataset. The kernel drops the lock when its process dies, SIGKILL included."""
+
+BACKUP_INFO_PATH = ".recovery/info.json"
+"""Copy of the last committed ``meta/info.json``, used by ``repair_dataset`` when info.json is
+unreadable. Lives outside ``meta/`` so lerobot never reads it."""
+
+TEMP_SUFFIX = ".tmp"
+
+_LEROBOT_DEFAULT_KEYS = ("timestamp", "frame_index", "episode_index", "index", "task_index")
+
+
+# ------------------------------------------------------------------------------------------
+# Features
+# ------------------------------------------------------------------------------------------
+
+
+def make_features(
+    cameras: dict[str, tuple[int, int]],
+    state_dim: int = 8,
+    action_dim: int = 7,
+    video: bool = True,
+) -> dict:
+    """The lerobot feature spec of a teleop demonstration.
+
+    - ``observation.images.<cam>``: ``video`` (or ``image`` when ``video=False``), HxWx3 uint8.
+    - ``observation.state``: float32 ``[state_dim]``; ``action``: float32 ``[action_dim]``.
+    - ``intervention``: bool ``[1]``, True when a human commanded that frame.
+    - ``observation.capture_time``: float64 ``[1]``, the real capture time of the frame in
+      seconds since the episode's first frame. lerobot's own ``timestamp`` column stays the
+      nominal ``frame_index / fps`` (lerobot fills it in), so lerobot's timestamp-sync check
+      and video frame lookup keep working while the measured jitter is still recorded here.
+
+    Args:
+        cameras: camera name -> (height, width).
+    """
+    if state_dim <= 0 or action_dim <= 0:
+        raise ValueError(f"state_dim and action_dim must be positive, got {state_dim}, {action_dim}")
+    features: dict[str, dict] = {}
+    for name, (height, width) in cameras.items():
+        features[f"observation.images.{name}"] = {
+            "dtype": "video" if video else "image",
+            "shape": (int(height), int(width), 3),
+            "names": ["height", "width", "channels"],
+        }
+    features["observation.state"] = {
+        "dtype": "float32",
+        "shape": (state_dim,),
+        "names": [f"state_{i}" for i in range(state_dim)],
+    }
+    features["action"] = {
+        "dtype": "float32",
+        "shape": (action_dim,),
+        "names": [f"action_{i}" for i in range(action_dim)],
+    }
+    features["intervention"] = {"dtype": "bool", "shape": (1,), "names": None}
+    features["observation.capture_time"] = {"dtype": "float64", "shape": (1,), "names": None}
+    return features
+
+
+# ------------------------------------------------------------------------------------------
+# Atomic file helpers (also used by vla.data.integrity)
+# ------------------------------------------------------------------------------------------
+
+
+def temp_path_for(path: Path) -> Path:
+    """Hidden temp name next to ``path``; never matches lerobot's ``*.parquet`` / ``*.mp4`` globs."""
+    return path.with_name(f".{path.name}.{os.getpid()}{TEMP_SUFFIX}")
+
+
+def fsync_path(path: Path) -> None:
+    """fsync a file or directory (best effort on filesystems that refuse directory fsync)."""
+    flags = os.O_RDONLY | (os.O_DIRECTORY if path.is_dir() else 0)
+    try:
+        fd = os.open(path, flags)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+def atomic_write_bytes(path: Path, data: bytes) -> None:
+    """Write ``data`` to a temp file, fsync it, then rename it over ``path``."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = temp_path_for(path)
+    with open(tmp, "wb") as f:
+        f.write(data)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+    fsync_path(path.parent)
+
+
+def atomic_write_json(data: Any, path: Path) -> None:
+    """Same output as lerobot's ``write_json`` (indent 4, utf-8), written atomically."""
+    atomic_write_bytes(Path(path), json.dumps(data, indent=4, ensure_ascii=False).encode("utf-8"))
+
+
+class DatasetLock:
+    """Exclusive, non-blocking ``flock`` on ``root/.recovery/lock``."""
+
+    def __init__(self, root: Path) -> None:
+        self._path = Path(root) / LOCK_PATH
+        self._fd: int | None = None
+
+    def acquire(self) -> bool:
+        import fcntl
+
+        self._path.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(self._path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            return False
+        self._fd = fd
+        return True
+
+    def release(self) -> None:
+        if self._fd is not None:
+            os.close(self._fd)  # closing the descriptor drops the flock
+            self._fd = None
+
+
+def _atomic_write_tasks(tasks, local_dir: Path) -> None:
+    """Same output as lerobot's ``io_utils.write_tasks``, written atomically."""
+    from lerobot.datasets.utils import DEFAULT_TASKS_PATH
+
+    path = Path(local_dir) / DEFAULT_TASKS_PATH
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = temp_path_for(path)
+    tasks.to_parquet(tmp)
+    fsync_path(tmp)
+    os.replace(tmp, path)
+    fsync_path(path.parent)
+
+
+class _AtomicParquetModule:
+    """Stands in for ``pyarrow.parquet`` inside lerobot's writer modules during our calls:
+    ``ParquetWriter`` writes a temp file that ``close()`` fsyncs and renames into place."""
+
+    def __init__(self) -> None:
+        import pyarrow.parquet as pq
+
+        self._pq = pq
+
+        class AtomicParquetWriter(pq.ParquetWriter):
+            def __init__(self, where, *args, **kwargs):
+                self.final_path = Path(where)
+                self.temp_path = temp_path_for(self.final_path)
+                super().__init__(str(self.temp_path), *args, **kwargs)
+
+            def close(self) -> None:
+                was_open = self.is_open
+                super().close()
+                if was_open:
+                    fsync_path(self.temp_path)
+                    os.replace(self.temp_path, self.final_path)
+                    fsync_path(self.final_path.parent)
+
+        self.ParquetWriter = AtomicParquetWriter
+
+    def __getattr__(self, name: str):
+        return getattr(self._pq, name)
+
+
+@contextlib.contextmanager
+def _crash_safe_io() -> Iterator[None]:
+    """Swap lerobot's file writers for atomic ones while we call into lerobot (module
+    docstring, point 3). Restored on exit, so code outside our calls sees stock lerobot."""
+    from lerobot.datasets import dataset_metadata, dataset_writer, io_utils
+
+    swaps = [
+        (io_utils, "write_json", atomic_write_json),
+        (dataset_metadata, "write_tasks", _atomic_write_tasks),
+        (dataset_writer, "pq", _AtomicParquetModule()),
+        (dataset_metadata, "pq", _AtomicParquetModule()),
+    ]
+    saved = [(module, name, getattr(module, name)) for module, name, _ in swaps]
+    for module, name, value in swaps:
+        setattr(module, name, value)
+    try:
+        yield
+    finally:
+        for module, name, value in saved:
+            setattr(module, name, value)
+
+
+# ------------------------------------------------------------------------------------------
+# The writer
+# ------------------------------------------------------------------------------------------
+
+
+def _user_features(features: dict) -> dict:
+    return {k: v for k, v in features.items() if k not in _LEROBOT_DEFAULT_KEYS}
+
+
+def _feature_mismatch(existing: dict, wanted: dict) -> str | None:
+    """First difference between the dataset's features and the requested ones, as a sentence."""
+    existing, wanted = _user_features(existing), _user_features(wanted)
+    for key in sorted(set(existing) | set(wanted)):
+        if key not in existing:
+            return f"features['{key}'] is requested but not in the dataset"
+        if key not in wanted:
+            return f"features['{key}'] is in the dataset but not requested"
+        for field in ("dtype", "shape", "names"):
+            have, want = existing[key].get(field), wanted[key].get(field)
+            if field == "shape":
+                have, want = tuple(have), tuple(want)
+            elif field == "names" and have is not None and want is not None:
+                have, want = list(have), list(want)
+            if have != want:
+                return f"features['{key}']['{field}']: dataset has {have!r}, requested {want!r}"
+    return None
+
+
+class EpisodeWriter:
+    """Record episodes into a LeRobot v3 dataset so that a kill loses at most the episode in
+    progress (see the module docstring for how).
+
+    ``resume``: ``"auto"`` creates the dataset when ``root`` does not exist (or is an empty
+    directory) and appends to it when it is an existing dataset with the same fps and features
+    (after ``repair_dataset`` has restored it to its last committed episode); ``True`` requires
+    an existing dataset, ``False`` a new one. A mismatch raises ``ValueError`` naming the field.
+
+    ``streaming``: encode video while frames are added (default) instead of writing PNGs and
+    encoding in ``save_episode``.
+    """
+
+    def __init__(
+        self,
+        root: str | Path,
+        repo_id: str,
+        fps: int,
+        features: dict,
+        robot_type: str = "",
+        video: bool = True,
+        vcodec: str = "h264",
+        resume: bool | Literal["auto"] = "auto",
+        streaming: bool = True,
+    ) -> None:
+        from lerobot.configs import RGBEncoderConfig
+        from lerobot.datasets.lerobot_dataset import LeRobotDataset
+
+        if resume not in (True, False, "auto"):
+            raise ValueError(f"resume must be True, False or 'auto', got {resume!r}")
+        if fps <= 0:
+            raise ValueError(f"fps must be positive, got {fps}")
+        self._root = Path(root)
+        self._features = features
+        self._closed = False
+        has_video = any(ft["dtype"] == "video" for ft in features.values())
+        if has_video and not video:
+            raise ValueError("features contain 'video' cameras but video=False; build them with make_features(video=False)")
+
+        preset = "ultrafast" if vcodec in ("h264", "hevc") else None
+        rgb_encoder = RGBEncoderConfig(vcodec=vcodec, preset=preset) if has_video else None
+        exists = (self._root / "meta" / "info.json").exists() or (self._root / BACKUP_INFO_PATH).exists()
+        if self._root.exists() and not exists and any(p.is_file() for p in self._root.rglob("*")):
+            raise ValueError(f"{self._root} exists, is not empty and is not a LeRobot dataset (no meta/info.json)")
+        if resume is True and not exists:
+            raise ValueError(f"resume=True but {self._root} holds no dataset")
+        if resume is False and exists:
+            raise ValueError(f"resume=False but {self._root} already holds a dataset")
+
+        self._lock = DatasetLock(self._root)
+        if exists and not self._lock.acquire():
+            raise RuntimeError(f"{self._root} is being recorded by another process ({self._root / LOCK_PATH} is locked)")
+        try:
+            with _crash_safe_io():
+                if exists:
+                    self._check_and_repair(repo_id, fps, features, robot_type)
+                    ds = LeRobotDataset.resume(
+                        repo_id,
+                        root=self._root,
+                        rgb_encoder=rgb_encoder,
+                        streaming_encoding=streaming,
+                        encoder_queue_maxsize=_QUEUE_FRAMES,
+                    )
+                    ds.meta._metadata_buffer_size = 1
+                    ds.meta.update_chunk_settings(
+                        data_files_size_in_mb=ONE_EPISODE_PER_FILE_MB,
+                        video_files_size_in_mb=ONE_EPISODE_PER_FILE_MB,
+                    )
+                else:
+                    if self._root.exists():  # only empty directories: lerobot's create() makes root itself
+                        shutil.rmtree(self._root)
+                    ds = LeRobotDataset.create(
+                        repo_id,
+                        fps,
+                        features,
+                        root=self._root,
+                        robot_type=robot_type or None,
+                        use_videos=video,
+                        rgb_encoder=rgb_encoder,
+                        metadata_buffer_size=1,
+                        streaming_encoding=streaming,
+                        encoder_queue_maxsize=_QUEUE_FRAMES,
+                        data_files_size_in_mb=ONE_EPISODE_PER_FILE_MB,
+                        video_files_size_in_mb=ONE_EPISODE_PER_FILE_MB,
+                    )
+                    if not self._lock.acquire():
+                        raise RuntimeError(f"{self._root} was taken by another process while being created")
+        except BaseException:
+            self._lock.release()
+            raise
+        self._ds = ds
+        self._close_writers_after_each_write()
+        self._backup_info()
+
+    # -- setup ------------------------------------------------------------------------------
+
+    def _check_and_repair(self, repo_id: str, fps: int, features: dict, robot_type: str) -> None:
+        """Restore the dataset to its last committed episode (we hold its lock), then compare."""
+        from vla.data.integrity import load_info_dict, repair_locked_dataset
+
+        report = repair_locked_dataset(self._root)
+        if not report.ok:
+            raise RuntimeError(
+                f"{self._root} could not be restored to a consistent dataset; not appending to it:\n  "
+                + "\n  ".join(report.problems)
+            )
+        for action in report.actions:
+            logger.warning("repair before resume: %s", action)
+        info = load_info_dict(self._root)
+        if info["fps"] != fps:
+            raise ValueError(f"fps: dataset at {self._root} has fps={info['fps']}, requested fps={fps}")
+        mismatch = _feature_mismatch(info["features"], features)
+        if mismatch:
+            raise ValueError(f"cannot append to {self._root}: {mismatch}")
+        if robot_type and info.get("robot_type") not in (None, "", robot_type):
+            raise ValueError(
+                f"robot_type: dataset at {self._root} has {info['robot_type']!r}, requested {robot_type!r}"
+            )
+
+    def _close_writers_after_each_write(self) -> None:
+        """Instance-level wraps (module docstring, point 2)."""
+        writer, meta = self._ds.writer, self._ds.meta
+        save_data = writer._save_episode_data
+        flush_meta = meta._flush_metadata_buffer
+
+        def save_episode_data_then_close(episode_buffer: dict) -> dict:
+            result = save_data(episode_buffer)
+            writer.close_writer()
+            return result
+
+        def flush_metadata_then_close() -> None:
+            flush_meta()
+            if meta._pq_writer is not None:
+                meta._pq_writer.close()
+                meta._pq_writer = None
+
+        writer._save_episode_data = save_episode_data_then_close
+        meta._flush_metadata_buffer = flush_metadata_then_close
+
+    def _backup_info(self) -> None:
+        info_path = self._root / "meta" / "info.json"
+        atomic_write_bytes(self._root / BACKUP_INFO_PATH, info_path.read_bytes())
+
+    # -- recording --------------------------------------------------------------------------
+
+    @property
+    def root(self) -> Path:
+        return self._root
+
+    @property
+    def num_episodes(self) -> int:
+        return self._ds.meta.total_episodes
+
+    @property
+    def num_frames(self) -> int:
+        return self._ds.meta.total_frames
+
+    @property
+    def frames_in_episode(self) -> int:
+        """Frames added to the episode in progress."""
+        buffer = self._ds.writer.episode_buffer
+        return 0 if buffer is None else int(buffer["size"])
+
+    def add_frame(self, frame: dict, task: str) -> None:
+        """Add one frame to the episode in progress.
+
+        ``frame`` holds every feature key (images HxWx3 uint8). Numeric values may be Python
+        scalars or arrays of another dtype: they are converted to the feature's dtype and shape
+        (``intervention=True``, ``observation.capture_time=0.033`` work).
+        """
+        self._require_open()
+        if not task:
+            raise ValueError("task must be a non-empty string")
+        converted: dict[str, Any] = {}
+        for key, value in frame.items():
+            ft = self._ds.meta.features.get(key)
+            if ft is None or ft["dtype"] in ("video", "image", "string"):
+                converted[key] = value  # lerobot names unknown keys and checks image shapes
+            else:
+                array = np.asarray(value, dtype=ft["dtype"])
+                if array.size != int(np.prod(ft["shape"])):
+                    raise ValueError(f"frame['{key}'] has {array.size} values, feature shape is {tuple(ft['shape'])}")
+                converted[key] = array.reshape(tuple(ft["shape"]))
+        self._wait_for_encoder_room()
+        converted["task"] = task
+        self._ds.add_frame(converted)
+
+    def _wait_for_encoder_room(self, timeout_s: float = 30.0) -> None:
+        """Back-pressure instead of lerobot's drop-on-full for the streaming encoder."""
+        encoder = self._ds.writer._streaming_encoder
+        if encoder is None or not encoder._episode_active:
+            return
+        deadline = time.monotonic() + timeout_s
+        for key, q in encoder._frame_queues.items():
+            while q.full():
+                if time.monotonic() > deadline:
+                    raise RuntimeError(f"video encoder for {key} made no progress for {timeout_s:.0f} s")
+                time.sleep(0.002)
+
+    def save_episode(self) -> int:
+        """Write the episode in progress; returns its index. When this returns the episode is
+        durable (committed, fsynced): a kill or power cut right after loses nothing of it."""
+        self._require_open()
+        if self.frames_in_episode == 0:
+            raise ValueError("save_episode() called with no frames added")
+        encoder = self._ds.writer._streaming_encoder
+        if encoder is not None:
+            dropped = {k: n for k, n in encoder._dropped_frames.items() if n > 0}
+            if dropped:
+                raise RuntimeError(
+                    f"the video encoder dropped frames {dropped}: the episode cannot be saved "
+                    "consistently; call discard_episode() and re-record"
+                )
+        episode_index = self._ds.meta.total_episodes
+        previous = self._ds.meta.latest_episode
+        with _crash_safe_io():
+            self._ds.save_episode(parallel_encoding=False)
+        latest = self._ds.meta.latest_episode
+        self._check_own_files(previous, latest)
+        self._fsync_episode(latest)
+        self._backup_info()
+        return episode_index
+
+    def _check_own_files(self, previous: dict | None, latest: dict) -> None:
+        """Guard for point 1: the new episode must not share a file with the one before."""
+        if previous is None:
+            return
+        for key in [k for k in latest if k.endswith("/file_index")]:
+            prefix = key[: -len("file_index")]
+            here = (latest[prefix + "chunk_index"][0], latest[key][0])
+            before = (previous[prefix + "chunk_index"][0], previous[key][0])
+            if here == before:
+                raise RuntimeError(f"lerobot appended episode into the previous episode's file ({prefix}); crash safety broken")
+
+    def _fsync_episode(self, latest: dict) -> None:
+        from lerobot.datasets.utils import DEFAULT_EPISODES_PATH
+
+        meta = self._ds.meta
+        paths = [
+            self._root / meta.data_path.format(
+                chunk_index=latest["data/chunk_index"][0], file_index=latest["data/file_index"][0]
+            ),
+            self._root / DEFAULT_EPISODES_PATH.format(
+                chunk_index=latest["meta/episodes/chunk_index"][0],
+                file_index=latest["meta/episodes/file_index"][0],
+            ),
+        ]
+        for key in meta.video_keys:
+            paths.append(
+                self._root / meta.video_path.format(
+                    video_key=key,
+                    chunk_index=latest[f"videos/{key}/chunk_index"][0],
+                    file_index=latest[f"videos/{key}/file_index"][0],
+                )
+            )
+        for path in paths:
+            fsync_path(path)
+            fsync_path(path.parent)
+
+    def discard_episode(self) -> None:
+        """Drop the episode in progress (frames, staged images, the encoder's temp video)."""
+        self._require_open()
+        self._ds.clear_episode_buffer(delete_images=True)
+
+    def close(self) -> None:
+        """Finalize the dataset. An episode in progress is discarded (not saved). Idempotent."""
+        if self._closed:
+            return
+        if self.frames_in_episode > 0:
+            logger.warning("closing with %d unsaved frames: the episode in progress is discarded", self.frames_in_episode)
+            self._ds.clear_episode_buffer(delete_images=True)
+        with _crash_safe_io():
+            self._ds.finalize()
+        self._lock.release()
+        self._closed = True
+
+    def _require_open(self) -> None:
+        if self._closed:
+            raise RuntimeError("EpisodeWriter is closed")
+
+    def __enter__(self) -> EpisodeWriter:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"EpisodeWriter(root={str(self._root)!r}, episodes={self.num_episodes}, frames={self.num_frames})"
+
+
+_QUEUE_FRAMES = 60
+"""Frames buffered per camera between ``add_frame`` and its encoder thread."""
