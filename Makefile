@@ -12,7 +12,7 @@ export MUJOCO_GL ?= egl
 
 setup: $(STAMPS)/venv
 
-APT_PACKAGES := libusb-1.0-0 socat tmux libegl1 libegl-mesa0 libgl1-mesa-dri libopengl0
+APT_PACKAGES := libusb-1.0-0 socat tmux ffmpeg libegl1 libegl-mesa0 libgl1-mesa-dri libopengl0
 
 $(STAMPS)/apt:
 	@mkdir -p $(STAMPS)

@@ -37,7 +37,8 @@ class LoopClock:
         self.restart()
 
     def restart(self) -> None:
-        self.next_t = time.perf_counter()
+        """Tick 0 is now; the first ``wait()`` returns one period from now."""
+        self.next_t = time.perf_counter() + self.period
         self.lateness: list[float] = []
         self.ticks: list[float] = []
 
@@ -93,8 +94,8 @@ class RobotEnv(gym.Env):
         self._steps = 0
         self._last_obs = obs
 
-    def _obs(self, newer_than_ns: int = 0) -> dict:
-        o = self.client.observe(self.instruction, newer_than_ns)
+    def _obs(self, newer_than_ns: int = 0, cameras_newer_than_ns: int | None = 0) -> dict:
+        o = self.client.observe(self.instruction, newer_than_ns, cameras_newer_than_ns)
         o["t"] = {k: np.int64(v) for k, v in o["t"].items()}
         self._last_obs = o
         return o
@@ -108,8 +109,9 @@ class RobotEnv(gym.Env):
         else:
             self.client.reset(seed)
         self._steps = 0
+        t = time.monotonic_ns()
+        obs = self._obs(newer_than_ns=t, cameras_newer_than_ns=t)  # nothing from before the reset
         self.clock.restart()
-        obs = self._obs(newer_than_ns=time.monotonic_ns())
         return obs, {}
 
     def step(self, action):
@@ -123,14 +125,17 @@ class RobotEnv(gym.Env):
         applied, clipped, late = [], [], []
         t_sent = 0
         for row in chunk:
-            if not self.client.sync:
-                late.append(self.clock.wait())
+            # Each row goes out at once (the previous step ended on a tick), then acts for one
+            # control period: H rows take exactly H periods.
             t_sent = time.monotonic_ns()
             reply = self.client.ee_delta(row)
             applied.append(np.asarray(reply.arrays["applied"]))
             clipped.append(list(reply.get("clipped", [])))
-        if not self.client.sync:
-            self.clock.wait()  # let the last command act for one period before observing
+            if not self.client.sync:
+                late.append(self.clock.wait())
+        # The arm state must postdate the last command; cameras give their newest frame (at equal
+        # camera and control rates, insisting on a frame newer than the command would add a frame
+        # of latency to every step).
         obs = self._obs(newer_than_ns=0 if self.client.sync else t_sent)
         self._steps += 1
         info: dict[str, Any] = {"applied": np.stack(applied), "clipped": clipped,

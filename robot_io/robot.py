@@ -55,9 +55,11 @@ class RobotClient:
         self.description = self.arm.describe()
 
     # -- observing ---------------------------------------------------------------------------
-    def observe(self, instruction: str = "", newer_than_ns: int = 0) -> dict:
+    def observe(self, instruction: str = "", newer_than_ns: int = 0, cameras_newer_than_ns: int | None = None) -> dict:
         """Compose one observation. In streaming mode each sample is the newest one stamped after
-        ``newer_than_ns`` (waits for it, up to the timeout)."""
+        ``newer_than_ns`` (waits for it, up to the timeout); ``cameras_newer_than_ns``, when given,
+        sets a different bound for the camera frames."""
+        cam_bound = newer_than_ns if cameras_newer_than_ns is None else cameras_newer_than_ns
         images, t = {}, {}
         if self.sync:
             st = self.arm.request("capture")
@@ -68,7 +70,7 @@ class RobotClient:
         else:
             st = self.readers[self.arm_name].latest(self.timeout_s, newer_than_ns)
             for c in self.camera_names:
-                m = self.readers[c].latest(self.timeout_s, newer_than_ns)
+                m = self.readers[c].latest(self.timeout_s, cam_bound)
                 images[c], t[c] = np.asarray(m.arrays["rgb"]), m.t_mono_ns
         t[self.arm_name] = st.t_mono_ns
         self.last_state = st

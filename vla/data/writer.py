@@ -311,9 +311,11 @@ class EpisodeWriter:
         resume: bool | Literal["auto"] = "auto",
         streaming: bool = True,
     ) -> None:
+        import av
         from lerobot.configs import RGBEncoderConfig
         from lerobot.datasets.lerobot_dataset import LeRobotDataset
 
+        av.logging.set_level(av.logging.ERROR)  # libx264 prints a statistics block per video otherwise
         if resume not in (True, False, "auto"):
             raise ValueError(f"resume must be True, False or 'auto', got {resume!r}")
         if fps <= 0:

@@ -1,0 +1,65 @@
+"""One demonstration episode: teleop -> RobotEnv -> EpisodeWriter. Used by `vla record` and
+bench/record.py, so the benchmark measures exactly the loop a lab records with."""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from typing import Callable
+
+import numpy as np
+
+
+@dataclasses.dataclass
+class EpisodeResult:
+    outcome: str  # success | failure | rerecord | stop | interrupted
+    frames: int
+    loop: dict
+    """RobotEnv loop statistics for this episode (achieved_hz, late_ms_p50/p99/max, ...)."""
+    step_ms: np.ndarray
+    """Wall time of each recorded tick (teleop read + env step + add_frame), ms."""
+
+
+def record_episode(env, teleop, writer, instruction: str, max_steps: int, seed: int | None = None,
+                   task: str | None = None, privileged_fn: Callable[[], dict] | None = None,
+                   end_on_success: bool = True, should_stop: Callable[[], bool] = lambda: False) -> EpisodeResult:
+    """Record one episode into ``writer``'s buffer (the caller saves or discards it).
+
+    Frame k holds the observation the operator saw at tick k, the action the server applied on
+    that tick (after its limits), the intervention flag and the real capture time (seconds since
+    the episode's first frame; the oldest sample of the observation).
+    """
+    teleop.begin_episode(task, seed, instruction)
+    obs, _ = env.reset(seed=seed)
+    t_first = None
+    outcome, n = None, 0
+    step_ms = []
+    while outcome is None:
+        if should_stop():
+            outcome = "interrupted"
+            break
+        t0 = time.perf_counter()
+        cmd = teleop.read(obs, privileged_fn() if privileged_fn is not None else None)
+        for ev in ("stop", "rerecord", "success", "failure"):
+            if ev in cmd.events:
+                outcome = ev
+                break
+        if outcome is not None:
+            break
+        new_obs, _, terminated, _, info = env.step(cmd.action)
+        t_cap = min(int(t) for t in obs["t"].values())
+        t_first = t_cap if t_first is None else t_first
+        frame = {f"observation.images.{c}": img for c, img in obs["images"].items()}
+        frame["observation.state"] = obs["state"]
+        frame["action"] = info["applied"][0].astype(np.float32)
+        frame["intervention"] = np.array([cmd.intervening], bool)
+        frame["observation.capture_time"] = np.array([(t_cap - t_first) / 1e9], np.float64)
+        writer.add_frame(frame, task=instruction)
+        n += 1
+        obs = new_obs
+        step_ms.append((time.perf_counter() - t0) * 1e3)
+        if terminated and end_on_success:
+            outcome = "success"  # the environment's success detector fired
+        elif n >= max_steps:
+            outcome = "failure"
+    return EpisodeResult(outcome, n, env.loop_stats(), np.asarray(step_ms))
