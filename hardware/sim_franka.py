@@ -53,6 +53,9 @@ State. ``read_state()`` computes the tcp pose by forward kinematics of the curre
 ``reset(seed)`` puts the arm at the Menagerie ``home`` pose with the gripper open, drops the
 objects at seeded random, non-overlapping spots of ``OBJECT_REGION`` (random yaw) and settles
 ``settle_s`` of physics. ``seed=None`` continues the generator seeded by the constructor.
+``reset(seed, task=name)`` places the objects by that task's seeded layout instead
+(``hardware.sim_tasks.TASKS``; an unknown name raises ``DeviceError`` with a suggestion).
+``set_object_pose(name, pos, quat)`` teleports one object (scene set-up, tests).
 
 Speed (2-core CPU build machine): building the model ~1 s; fast mode runs at ~8-9x real time
 while tracking a pose target (IK ~0.2 ms per tick) and ~13-18x in joint mode or holding; ``reset`` ~10 ms.
@@ -352,11 +355,21 @@ class SimFranka(Arm):
             self._data.ctrl[:7] = self._q_des
             self._safe = True
 
-    def reset(self, seed: int | None = None) -> ArmState:
+    def reset(self, seed: int | None = None, task: str | None = None) -> ArmState:
+        """Home pose, gripper open, objects placed at random (``seed``) or, with ``task`` (a name
+        in ``hardware.sim_tasks.TASKS``), by that task's seeded layout; then settle."""
         self._require_connected()
+        placements = None
         rng = self._rng if seed is None else np.random.default_rng(seed)
+        if task is not None:
+            from hardware.sim_tasks import get_task  # numpy only; imported on use
+
+            try:
+                placements = get_task(task).layout(rng)
+            except KeyError as e:
+                raise DeviceError(e.args[0]) from None
         with self._lock:
-            self._reset_locked(rng)
+            self._reset_locked(rng, placements)
             self._reanchor = True
         return self.read_state()
 
@@ -390,6 +403,20 @@ class SimFranka(Arm):
         """Fast mode only: advance physics by ``seconds`` of simulated time (rounded to whole steps)."""
         self.step(int(round(seconds * self.physics_hz)))
 
+    def set_object_pose(self, name: str, pos, quat=(1.0, 0.0, 0.0, 0.0)) -> None:
+        """Teleport object ``name`` to ``pos`` [3] / ``quat`` [4] wxyz at rest (scene set-up, tests)."""
+        self._require_connected()
+        if name not in OBJECT_NAMES:
+            raise ValueError(f"unknown object {name!r}; objects: {list(OBJECT_NAMES)}")
+        i = OBJECT_NAMES.index(name)
+        q = np.asarray(quat, np.float64)
+        with self._lock:
+            qadr, vadr = self._obj_qadr[i], self._obj_vadr[i]
+            self._data.qpos[qadr:qadr + 3] = np.asarray(pos, np.float64)
+            self._data.qpos[qadr + 3:qadr + 7] = q / np.linalg.norm(q)
+            self._data.qvel[vadr:vadr + 6] = 0.0
+            mujoco.mj_forward(self.model, self._data)
+
     def snapshot_qpos(self) -> tuple[np.ndarray, np.ndarray, float]:
         """Copies of ``(qpos, qvel, sim_time)`` taken under the lock (for renderers with their own MjData)."""
         with self._lock:
@@ -420,7 +447,7 @@ class SimFranka(Arm):
         objects = np.concatenate([kd.xpos[self._obj_body], kd.xquat[self._obj_body]], axis=1).astype(np.float64)
         return ee_pos, ee_quat, objects
 
-    def _reset_locked(self, rng: np.random.Generator) -> None:
+    def _reset_locked(self, rng: np.random.Generator, placements: dict | None = None) -> None:
         m, d = self.model, self._data
         mujoco.mj_resetData(m, d)
         d.qpos[self._arm_qadr] = HOME_Q
@@ -433,6 +460,13 @@ class SimFranka(Arm):
         heights = {"bowl": 0.0045, "target": 0.0015}
         placed: list[tuple[np.ndarray, float]] = []
         for name, qadr, vadr in zip(OBJECT_NAMES, self._obj_qadr, self._obj_vadr):
+            z = TABLE_TOP_Z + heights.get(name, CUBE_HALF + 0.002)
+            if placements is not None:  # a task's layout: (x, y, yaw) per object
+                x, y, yaw = placements[name]
+                d.qpos[qadr:qadr + 3] = [x, y, z]
+                d.qpos[qadr + 3:qadr + 7] = _yaw_quat(yaw)
+                d.qvel[vadr:vadr + 6] = 0.0
+                continue
             r = radius.get(name, CUBE_HALF * np.sqrt(2) + 0.005)
             for _ in range(1000):
                 xy = np.array([rng.uniform(*OBJECT_REGION[0]), rng.uniform(*OBJECT_REGION[1])])
@@ -441,7 +475,6 @@ class SimFranka(Arm):
             else:
                 raise DeviceError(f"SimFranka: could not place {name!r} without overlap in {OBJECT_REGION}")
             placed.append((xy, r))
-            z = TABLE_TOP_Z + heights.get(name, CUBE_HALF + 0.002)
             d.qpos[qadr:qadr + 3] = [xy[0], xy[1], z]
             d.qpos[qadr + 3:qadr + 7] = _yaw_quat(rng.uniform(-np.pi, np.pi))
             d.qvel[vadr:vadr + 6] = 0.0

@@ -1,0 +1,430 @@
+"""Language-conditioned tabletop tasks for the simulated Panda (``hardware.sim_franka``).
+
+A :class:`Task` is the scene side of a task: an instruction (and paraphrases), a seeded
+``layout(rng)`` that places every object of the scene, a ``success`` predicate and ``subgoals``
+read from simulator state, and ``max_steps`` (control ticks at 10 Hz). ``skills`` names the
+sub-skills the task is made of (``pick`` / ``place`` / ``push``); the scripted expert
+(``hardware.teleop.scripted``) executes them, nothing else reads them.
+
+Registry: ``TASKS`` (name -> Task); ``get_task(name)`` raises ``KeyError`` with a "did you
+mean" on typos. ``SimFranka.reset(seed, task=name)`` places the scene by the task's layout.
+
+State. Predicates take ``objects: {name: pose7}`` (position + quaternion wxyz, world frame =
+robot base frame, the table top is z = 0), ``ee_pos`` [3] (the tcp, between the fingertips)
+and ``gripper`` (opening 0 closed .. 1 open, 8 cm). :func:`objects_from_state` builds the dict
+from an ``ArmState``, a state message's arrays or a bare ``[N, 7]`` array plus the object names
+(``describe()["objects"]``).
+
+Sub-goals are milestones of the task (``reached_red``, ``grasped_red``, ``lifted_red``,
+``red_in_bowl`` ...), each a predicate on one state. A rollout "achieved" a sub-goal if it held
+at any tick: OR them over time with :class:`SubgoalTracker` (hindsight relabelling uses that).
+:func:`achieved_tasks` evaluates every registered task's success on one state (an episode
+that stacked the wrong cube can be relabelled with the instruction it did carry out).
+
+Nothing here imports mujoco or torch: rewards and relabelling use it on recorded states.
+The scene constants mirror ``hardware.sim_franka`` (a test checks they agree).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import math
+from typing import Any, Callable, Mapping
+
+import numpy as np
+
+OBJECT_NAMES = ("red_cube", "green_cube", "blue_cube", "bowl", "target")
+CUBES = ("red_cube", "green_cube", "blue_cube")
+CUBE_HALF = 0.0225  # 4.5 cm cubes
+BOWL_RADIUS = 0.07  # outer radius of the bowl walls
+BOWL_INNER = 0.062  # inside of the walls
+BOWL_FLOOR = 0.0085  # top of the bowl's base disc above the bowl body origin
+BOWL_WALL_TOP = 0.036  # top of the walls above the bowl body origin
+TARGET_RADIUS = 0.04
+OBJECT_REGION = ((0.35, 0.65), (-0.22, 0.22))
+FINGER_SPAN = 0.08  # gripper opening 1.0 = 8 cm between the fingers
+
+# Footprint radii for non-overlap (cube: half diagonal) and the clearance kept between
+# footprints so that open fingers fit between objects.
+FOOTPRINT = {"red_cube": CUBE_HALF * math.sqrt(2), "green_cube": CUBE_HALF * math.sqrt(2),
+             "blue_cube": CUBE_HALF * math.sqrt(2), "bowl": BOWL_RADIUS, "target": TARGET_RADIUS}
+CLEARANCE = 0.035
+
+Pose7 = np.ndarray
+Placements = dict[str, tuple[float, float, float]]  # name -> (x, y, yaw)
+
+
+# --------------------------------------------------------------------------------------------
+# State helpers (pure numpy)
+# --------------------------------------------------------------------------------------------
+
+
+def objects_from_state(state: Any, names: list[str] | tuple[str, ...] = OBJECT_NAMES) -> dict[str, Pose7]:
+    """``{name: pose7}`` from an ArmState (``extras["objects"]``), a state message's arrays
+    (a mapping with ``"objects"``) or a bare ``[N, 7]`` array; ``names`` in the array's row order."""
+    if hasattr(state, "extras"):
+        arr = state.extras["objects"]
+    elif isinstance(state, Mapping):
+        arr = state["objects"]
+    else:
+        arr = state
+    arr = np.asarray(arr, np.float64)
+    if arr.ndim != 2 or arr.shape[1] != 7 or arr.shape[0] != len(names):
+        raise ValueError(f"objects must be [{len(names)}, 7] (one pose per name in {list(names)}), "
+                         f"got shape {list(arr.shape)}")
+    return {n: arr[i] for i, n in enumerate(names)}
+
+
+def quat_to_mat(q) -> np.ndarray:
+    w, x, y, z = (float(v) for v in q)
+    return np.array([[1 - 2 * (y * y + z * z), 2 * (x * y - z * w), 2 * (x * z + y * w)],
+                     [2 * (x * y + z * w), 1 - 2 * (x * x + z * z), 2 * (y * z - x * w)],
+                     [2 * (x * z - y * w), 2 * (y * z + x * w), 1 - 2 * (x * x + y * y)]])
+
+
+def cube_yaw(pose: Pose7) -> float:
+    """Yaw of a cube's side faces in [-pi/4, pi/4) (a cube looks the same every quarter turn),
+    whichever face is up."""
+    R = quat_to_mat(pose[3:7])
+    up = int(np.argmax(np.abs(R[2])))  # the body axis closest to world z
+    side = R[:, (up + 1) % 3]
+    yaw = math.atan2(side[1], side[0])
+    return (yaw + math.pi / 4) % (math.pi / 2) - math.pi / 4
+
+
+def dist_xy(a, b) -> float:
+    return float(math.hypot(a[0] - b[0], a[1] - b[1]))
+
+
+def grasped(obj: Pose7, ee_pos, gripper: float) -> bool:
+    """The cube sits between the fingertips and the fingers are closed on it (not empty, not open)."""
+    return bool(np.linalg.norm(np.asarray(obj[:3]) - np.asarray(ee_pos)) < 0.03 and 0.3 < gripper < 0.8)
+
+
+def reached(obj: Pose7, ee_pos) -> bool:
+    """The tcp is at the cube, ready to close (within 2.5 cm sideways, 4 cm in height)."""
+    return bool(dist_xy(obj, ee_pos) < 0.025 and abs(float(ee_pos[2]) - float(obj[2])) < 0.04)
+
+
+def on_table(obj: Pose7) -> bool:
+    return bool(obj[2] < CUBE_HALF + 0.012)
+
+
+def in_bowl(obj: Pose7, bowl: Pose7) -> bool:
+    """Centre inside the bowl's walls, above its floor, at most two cube layers up (a pile of
+    two counts; a cube carried over the bowl at 10 cm does not)."""
+    return bool(dist_xy(obj, bowl) < BOWL_INNER - 0.01 and bowl[2] + BOWL_FLOOR < obj[2] < bowl[2] + 0.095)
+
+
+def on_marker(obj: Pose7, target: Pose7) -> bool:
+    """The cube's centre is over the marker (within 3 cm of its centre) and it is on the table."""
+    return bool(dist_xy(obj, target) < 0.03 and on_table(obj))
+
+
+def stacked(top: Pose7, bottom: Pose7) -> bool:
+    """``top`` rests on ``bottom``: centred within 2 cm, one cube height above (+-1.2 cm)."""
+    return bool(dist_xy(top, bottom) < 0.02 and abs(float(top[2] - bottom[2]) - 2 * CUBE_HALF) < 0.012)
+
+
+def _short(name: str) -> str:
+    return name.replace("_cube", "")
+
+
+# --------------------------------------------------------------------------------------------
+# Layout sampling
+# --------------------------------------------------------------------------------------------
+
+
+def _seg_point_dist(p, a, b) -> float:
+    p, a, b = (np.asarray(v, float)[:2] for v in (p, a, b))
+    ab = b - a
+    t = float(np.clip((p - a) @ ab / max(ab @ ab, 1e-12), 0.0, 1.0))
+    return float(np.linalg.norm(p - (a + t * ab)))
+
+
+def sample_layout(rng: np.random.Generator, constraints: Callable[[Placements], bool] | None = None,
+                  fixed: Placements | None = None, region=OBJECT_REGION, tries: int = 2000) -> Placements:
+    """Every object of the scene at a random, non-overlapping spot (footprints kept ``CLEARANCE``
+    apart, random yaw), in ``OBJECT_NAMES`` order; ``fixed`` placements are kept as given.
+    ``constraints(placements)`` (checked once all are placed) may reject a whole layout."""
+    fixed = dict(fixed or {})
+    for _ in range(tries):
+        placed: Placements = dict(fixed)
+        ok = True
+        for name in OBJECT_NAMES:
+            if name in placed:
+                continue
+            r = FOOTPRINT[name]
+            for _ in range(200):
+                x, y = rng.uniform(*region[0]), rng.uniform(*region[1])
+                if all(math.hypot(x - px, y - py) > r + FOOTPRINT[n] + CLEARANCE for n, (px, py, _) in placed.items()):
+                    break
+            else:
+                ok = False
+                break
+            placed[name] = (float(x), float(y), float(rng.uniform(-math.pi, math.pi)))
+        if ok and (constraints is None or constraints(placed)):
+            return {n: placed[n] for n in OBJECT_NAMES}
+    raise RuntimeError(f"could not sample a layout satisfying the constraints in {tries} tries")
+
+
+# --------------------------------------------------------------------------------------------
+# Tasks
+# --------------------------------------------------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True)
+class Task:
+    """One language-conditioned task. Subclasses define ``success`` and ``subgoals``."""
+
+    name: str
+    instruction: str
+    paraphrases: tuple[str, ...] = ()
+    max_steps: int = 120
+    """Episode length limit in control ticks (10 Hz)."""
+
+    @property
+    def instructions(self) -> tuple[str, ...]:
+        return (self.instruction, *self.paraphrases)
+
+    @property
+    def skills(self) -> tuple[tuple, ...]:
+        """The sub-skills that make up the task, for the scripted expert: ``("pick", cube)``,
+        ``("place", cube, where)`` with where ``"bowl"``, ``("bowl", slot)`` or ``("on", cube)``,
+        ``("push", cube, "target")``, ``("lift", cube, height)``."""
+        raise NotImplementedError
+
+    def layout(self, rng: np.random.Generator) -> Placements:
+        """Seeded initial placements ``{name: (x, y, yaw)}`` for every object of the scene."""
+        return sample_layout(rng)
+
+    def success(self, objects: Mapping[str, Pose7], ee_pos, gripper: float) -> bool:
+        raise NotImplementedError
+
+    def subgoals(self, objects: Mapping[str, Pose7], ee_pos, gripper: float) -> dict[str, bool]:
+        raise NotImplementedError
+
+    def sample_instruction(self, rng: np.random.Generator) -> str:
+        return self.instructions[int(rng.integers(len(self.instructions)))]
+
+
+def _pick_subgoals(c: str, objects, ee_pos, gripper) -> dict[str, bool]:
+    o = objects[c]
+    g = grasped(o, ee_pos, gripper)
+    s = _short(c)
+    return {f"reached_{s}": reached(o, ee_pos), f"grasped_{s}": g, f"lifted_{s}": g and o[2] > 0.06}
+
+
+@dataclasses.dataclass(frozen=True)
+class PickTask(Task):
+    """Pick ``cube`` up and hold it with its centre above ``height`` (m over the table)."""
+
+    cube: str = "red_cube"
+    height: float = 0.10
+
+    @property
+    def skills(self):
+        return (("pick", self.cube), ("lift", self.cube, self.height + 0.05))
+
+    def success(self, objects, ee_pos, gripper) -> bool:
+        o = objects[self.cube]
+        return bool(grasped(o, ee_pos, gripper) and o[2] > self.height)
+
+    def subgoals(self, objects, ee_pos, gripper) -> dict[str, bool]:
+        sg = _pick_subgoals(self.cube, objects, ee_pos, gripper)
+        sg[f"{_short(self.cube)}_above_{int(round(self.height * 100))}cm"] = self.success(objects, ee_pos, gripper)
+        return sg
+
+
+@dataclasses.dataclass(frozen=True)
+class PlaceInBowlTask(Task):
+    """Put ``cube`` into the bowl and let go of it."""
+
+    cube: str = "red_cube"
+
+    @property
+    def skills(self):
+        return (("pick", self.cube), ("place", self.cube, "bowl"))
+
+    def success(self, objects, ee_pos, gripper) -> bool:
+        o = objects[self.cube]
+        return in_bowl(o, objects["bowl"]) and not grasped(o, ee_pos, gripper) and gripper > 0.7
+
+    def subgoals(self, objects, ee_pos, gripper) -> dict[str, bool]:
+        s, o, bowl = _short(self.cube), objects[self.cube], objects["bowl"]
+        sg = _pick_subgoals(self.cube, objects, ee_pos, gripper)
+        sg[f"{s}_over_bowl"] = bool(sg[f"grasped_{s}"] and dist_xy(o, bowl) < BOWL_INNER - 0.01)
+        sg[f"{s}_in_bowl"] = in_bowl(o, bowl)
+        sg["released"] = self.success(objects, ee_pos, gripper)
+        return sg
+
+
+@dataclasses.dataclass(frozen=True)
+class PushToMarkerTask(Task):
+    """Push ``cube`` along the table until it lies on the marker (never lifted)."""
+
+    cube: str = "blue_cube"
+
+    @property
+    def skills(self):
+        return (("push", self.cube, "target"),)
+
+    def layout(self, rng):
+        def ok(p: Placements) -> bool:
+            c, t = np.array(p[self.cube][:2]), np.array(p["target"][:2])
+            d = float(np.linalg.norm(t - c))
+            if not 0.10 < d < 0.20:
+                return False
+            start = c - (t - c) / d * 0.07  # where the pusher comes down
+            if not (0.30 < start[0] < 0.70 and abs(start[1]) < 0.28):
+                return False
+            # the corridor swept by the cube and the pusher is free of the other objects
+            for n in OBJECT_NAMES:
+                if n in (self.cube, "target"):
+                    continue
+                if _seg_point_dist(p[n], start, t) < FOOTPRINT[n] + FOOTPRINT[self.cube] + 0.02:
+                    return False
+            return True
+
+        return sample_layout(rng, ok)
+
+    def success(self, objects, ee_pos, gripper) -> bool:
+        return on_marker(objects[self.cube], objects["target"])
+
+    def subgoals(self, objects, ee_pos, gripper) -> dict[str, bool]:
+        s, o, t = _short(self.cube), objects[self.cube], objects["target"]
+        touching = dist_xy(o, ee_pos) < CUBE_HALF + 0.025 and float(ee_pos[2]) < 0.06
+        return {f"reached_{s}": bool(touching), f"{s}_near_marker": bool(dist_xy(o, t) < 0.08 and on_table(o)),
+                f"{s}_on_marker": self.success(objects, ee_pos, gripper),
+                f"{s}_not_lifted": bool(on_table(o))}
+
+
+@dataclasses.dataclass(frozen=True)
+class StackTask(Task):
+    """Put ``top`` on ``bottom`` and let go."""
+
+    top: str = "green_cube"
+    bottom: str = "red_cube"
+
+    @property
+    def skills(self):
+        return (("pick", self.top), ("place", self.top, ("on", self.bottom)))
+
+    def success(self, objects, ee_pos, gripper) -> bool:
+        top, bot = objects[self.top], objects[self.bottom]
+        return stacked(top, bot) and on_table(bot) and not grasped(top, ee_pos, gripper) and gripper > 0.7
+
+    def subgoals(self, objects, ee_pos, gripper) -> dict[str, bool]:
+        t, b = _short(self.top), _short(self.bottom)
+        top, bot = objects[self.top], objects[self.bottom]
+        sg = _pick_subgoals(self.top, objects, ee_pos, gripper)
+        sg[f"{t}_over_{b}"] = bool(sg[f"grasped_{t}"] and dist_xy(top, bot) < 0.02 and top[2] > bot[2] + 0.03)
+        sg[f"{t}_on_{b}"] = stacked(top, bot)
+        sg["released"] = self.success(objects, ee_pos, gripper)
+        return sg
+
+
+# Where the long-horizon task's expert puts each cube, in the bowl frame (x, y) with the bowl's
+# axes taken as the world's: two cubes side by side on the floor, the third across them.
+BOWL_SLOTS = {"left": (0.0, 0.026), "right": (0.0, -0.026), "top": (0.0, 0.0)}
+
+
+@dataclasses.dataclass(frozen=True)
+class AllInBowlTask(Task):
+    """Long horizon: every cube into the bowl (three pick-and-place sub-tasks), then let go."""
+
+    cubes: tuple[str, ...] = CUBES
+
+    @property
+    def skills(self):
+        slots = ("left", "right", "top")
+        out: list[tuple] = []
+        for c, slot in zip(self.cubes, slots):
+            out += [("pick", c), ("place", c, ("bowl", slot))]
+        return tuple(out)
+
+    def layout(self, rng):
+        # the bowl in the middle band, so that every cube is within reach of it
+        return sample_layout(rng, lambda p: 0.42 < p["bowl"][0] < 0.58 and abs(p["bowl"][1]) < 0.12)
+
+    def success(self, objects, ee_pos, gripper) -> bool:
+        bowl = objects["bowl"]
+        return (all(in_bowl(objects[c], bowl) for c in self.cubes)
+                and not any(grasped(objects[c], ee_pos, gripper) for c in self.cubes) and gripper > 0.7)
+
+    def subgoals(self, objects, ee_pos, gripper) -> dict[str, bool]:
+        sg: dict[str, bool] = {}
+        bowl = objects["bowl"]
+        for c in self.cubes:
+            s = _short(c)
+            g = grasped(objects[c], ee_pos, gripper)
+            sg[f"grasped_{s}"] = g
+            sg[f"{s}_in_bowl"] = in_bowl(objects[c], bowl) and not g
+        n = sum(sg[f"{_short(c)}_in_bowl"] for c in self.cubes)
+        sg.update({f"{k}_in_bowl": n >= k for k in range(1, len(self.cubes) + 1)})
+        sg["released"] = self.success(objects, ee_pos, gripper)
+        return sg
+
+
+TASKS: dict[str, Task] = {t.name: t for t in (
+    PickTask("pick_red_cube", "pick up the red cube",
+             ("grab the red block", "lift the red cube off the table", "pick the red cube up"),
+             max_steps=100, cube="red_cube", height=0.10),
+    PickTask("lift_green_cube", "lift the green cube high",
+             ("raise the green block up high", "pick up the green cube and lift it high"),
+             max_steps=100, cube="green_cube", height=0.18),
+    PickTask("pick_blue_cube", "pick up the blue cube",
+             ("grab the blue block", "lift the blue cube off the table"),
+             max_steps=100, cube="blue_cube", height=0.10),
+    PlaceInBowlTask("place_cube_in_bowl", "put the red cube in the bowl",
+                    ("place the red block into the bowl", "drop the red cube in the bowl",
+                     "move the red cube into the yellow bowl"),
+                    max_steps=150, cube="red_cube"),
+    PushToMarkerTask("push_block_to_marker", "push the blue cube to the pink marker",
+                     ("slide the blue block onto the pink marker", "push the blue cube onto the target"),
+                     max_steps=150, cube="blue_cube"),
+    StackTask("stack_cubes", "stack the green cube on the red cube",
+              ("put the green block on top of the red block", "place the green cube onto the red cube"),
+              max_steps=150, top="green_cube", bottom="red_cube"),
+    AllInBowlTask("put_all_cubes_in_bowl", "put all the cubes in the bowl",
+                  ("put every cube into the bowl", "clear the cubes off the table into the bowl",
+                   "place the red, green and blue cubes in the bowl"),
+                  max_steps=420),
+)}
+
+
+def get_task(name: str) -> Task:
+    """The registered task called ``name``; a typo raises KeyError with the closest names."""
+    if isinstance(name, Task):
+        return name
+    if name not in TASKS:
+        close = difflib.get_close_matches(name, TASKS, n=3, cutoff=0.5)
+        hint = f"; did you mean {' or '.join(repr(c) for c in close)}?" if close else ""
+        raise KeyError(f"unknown sim task {name!r}{hint} Known: {', '.join(sorted(TASKS))}")
+    return TASKS[name]
+
+
+def achieved_tasks(objects: Mapping[str, Pose7], ee_pos, gripper: float) -> list[str]:
+    """Names of the registered tasks whose success predicate holds on this state."""
+    return [n for n, t in TASKS.items() if t.success(objects, ee_pos, gripper)]
+
+
+class SubgoalTracker:
+    """ORs a task's sub-goals over the ticks of a rollout (a sub-goal, once reached, stays
+    achieved). ``first`` records the tick each was first reached."""
+
+    def __init__(self, task: Task | str) -> None:
+        self.task = get_task(task) if isinstance(task, str) else task
+        self.achieved: dict[str, bool] = {}
+        self.first: dict[str, int] = {}
+        self.t = 0
+
+    def update(self, objects: Mapping[str, Pose7], ee_pos, gripper: float) -> dict[str, bool]:
+        now = self.task.subgoals(objects, ee_pos, gripper)
+        for k, v in now.items():
+            if v and not self.achieved.get(k, False):
+                self.first[k] = self.t
+            self.achieved[k] = self.achieved.get(k, False) or bool(v)
+        self.t += 1
+        return dict(self.achieved)

@@ -1,0 +1,278 @@
+"""Sim task suite: layouts, predicates, sub-goals, the scripted expert, the success reward."""
+
+import math
+import os
+import types
+
+os.environ.setdefault("MUJOCO_GL", "egl")
+
+import numpy as np  # noqa: E402
+import pytest  # noqa: E402
+
+from bench.experts import apply_ee_delta, privileged_from_state, run_episode  # noqa: E402
+from hardware import sim_franka, sim_tasks  # noqa: E402
+from hardware.base import DeviceError  # noqa: E402
+from hardware.sim_franka import SimFranka  # noqa: E402
+from hardware.sim_tasks import (CUBE_HALF, FOOTPRINT, OBJECT_NAMES, TASKS, SubgoalTracker, achieved_tasks,  # noqa: E402
+                                cube_yaw, get_task, objects_from_state)
+from hardware.teleop import load_teleop  # noqa: E402
+from hardware.teleop.scripted import ExpertKnobs, ScriptedExpert, expected_success, finger_angle  # noqa: E402
+from rewards.sim_success import success_reward  # noqa: E402
+from robot_io.limits import ArmLimits  # noqa: E402
+from robot_io.wire import Message  # noqa: E402
+
+LONG = [n for n, t in TASKS.items() if len(t.skills) > 2]
+SINGLE = [n for n in TASKS if n not in LONG]
+
+
+@pytest.fixture(scope="module")
+def sim():
+    s = SimFranka(realtime=False, seed=0)
+    s.connect()
+    yield s
+    s.disconnect()
+
+
+def pose(x, y, z, yaw=0.0):
+    return np.array([x, y, z, math.cos(yaw / 2), 0.0, 0.0, math.sin(yaw / 2)])
+
+
+def scene(**over):
+    """A hand-made state: everything resting apart on the table, overrides by name."""
+    objs = {"red_cube": pose(0.45, 0.10, CUBE_HALF), "green_cube": pose(0.55, 0.15, CUBE_HALF),
+            "blue_cube": pose(0.60, -0.05, CUBE_HALF), "bowl": pose(0.45, -0.15, 0.0045),
+            "target": pose(0.60, 0.05, 0.0015)}
+    objs.update(over)
+    return objs
+
+
+FAR = np.array([0.5, 0.0, 0.4])  # tcp well away from every object
+
+
+def test_registry_and_scene_constants_agree_with_the_simulator():
+    assert len(TASKS) >= 6 and LONG, "at least six tasks, one of them long-horizon"
+    assert sim_tasks.OBJECT_NAMES == sim_franka.OBJECT_NAMES
+    assert sim_tasks.CUBE_HALF == sim_franka.CUBE_HALF and sim_tasks.BOWL_RADIUS == sim_franka.BOWL_RADIUS
+    assert sim_tasks.TARGET_RADIUS == sim_franka.TARGET_RADIUS and sim_tasks.OBJECT_REGION == sim_franka.OBJECT_REGION
+    for name, t in TASKS.items():
+        assert t.name == name and t.instruction and len(t.instructions) >= 3 and t.max_steps > 0
+        assert len(set(t.instructions)) == len(t.instructions)
+
+
+def test_get_task_suggests_on_typos():
+    assert get_task("stack_cubes") is TASKS["stack_cubes"]
+    with pytest.raises(KeyError, match="did you mean 'place_cube_in_bowl'"):
+        get_task("place_cube_in_bowel")
+    with pytest.raises(KeyError, match="Known:"):
+        get_task("fly_to_the_moon")
+
+
+@pytest.mark.parametrize("name", list(TASKS))
+def test_layout_is_seeded_reachable_and_non_overlapping(name):
+    task = TASKS[name]
+    a, b = task.layout(np.random.default_rng(3)), task.layout(np.random.default_rng(3))
+    assert a == b and set(a) == set(OBJECT_NAMES)
+    assert a != task.layout(np.random.default_rng(4))
+    for seed in range(20):
+        p = task.layout(np.random.default_rng(seed))
+        for n, (x, y, yaw) in p.items():
+            assert 0.35 <= x <= 0.65 and abs(y) <= 0.22 and -math.pi <= yaw <= math.pi, (n, x, y)
+        for i, n in enumerate(OBJECT_NAMES):
+            for m in OBJECT_NAMES[i + 1:]:
+                d = math.dist(p[n][:2], p[m][:2])
+                assert d > FOOTPRINT[n] + FOOTPRINT[m] + 0.03, (seed, n, m, d)
+        if name == "push_block_to_marker":
+            assert 0.10 < math.dist(p["blue_cube"][:2], p["target"][:2]) < 0.20
+
+
+def test_reset_with_a_task_places_its_layout(sim):
+    task = TASKS["push_block_to_marker"]
+    want = task.layout(np.random.default_rng(11))
+    s = sim.reset(seed=11, task=task.name)
+    objs = objects_from_state(s, sim.describe()["objects"])
+    for n, (x, y, yaw) in want.items():
+        assert math.dist(objs[n][:2], (x, y)) < 0.005, n
+    assert abs(math.remainder(cube_yaw(objs["blue_cube"]) - want["blue_cube"][2], math.pi / 2)) < 0.02
+    again = sim.reset(seed=11, task=task.name).extras["objects"]
+    np.testing.assert_allclose(again, s.extras["objects"], atol=1e-9)
+    with pytest.raises(DeviceError, match="did you mean 'stack_cubes'"):
+        sim.reset(seed=1, task="stack_cube")
+
+
+def test_predicates_on_hand_made_states():
+    t = TASKS
+    table = scene()
+    assert not any(t[n].success(table, FAR, 1.0) for n in TASKS)
+    assert achieved_tasks(table, FAR, 1.0) == []
+    # held 12 cm up between closed fingers: picked; the same cube resting on the table is not
+    held = scene(red_cube=pose(0.45, 0.10, 0.12))
+    ee = np.array([0.45, 0.10, 0.122])
+    assert t["pick_red_cube"].success(held, ee, 0.55)
+    assert not t["pick_red_cube"].success(held, ee, 1.0)  # fingers open: it is falling, not held
+    assert not t["lift_green_cube"].success(held, ee, 0.55)
+    assert "pick_red_cube" in achieved_tasks(held, ee, 0.55)
+    # in the bowl and let go: placed; next to the bowl, or still in the hand, is not
+    in_bowl = scene(red_cube=pose(0.45, -0.15, 0.0045 + 0.0085 + CUBE_HALF))
+    assert t["place_cube_in_bowl"].success(in_bowl, FAR, 1.0)
+    assert not t["place_cube_in_bowl"].success(in_bowl, in_bowl["red_cube"][:3], 0.55)
+    beside = scene(red_cube=pose(0.45, -0.15 + 0.09, CUBE_HALF))
+    assert not t["place_cube_in_bowl"].success(beside, FAR, 1.0)
+    # green on red
+    stack = scene(green_cube=pose(0.455, 0.105, 3 * CUBE_HALF, 0.3))
+    assert t["stack_cubes"].success(stack, FAR, 1.0)
+    assert not t["stack_cubes"].success(scene(green_cube=pose(0.48, 0.10, 3 * CUBE_HALF)), FAR, 1.0)
+    assert not t["stack_cubes"].success(scene(green_cube=pose(0.45, 0.10, CUBE_HALF + 0.2)), FAR, 1.0)
+    # blue on the marker
+    assert t["push_block_to_marker"].success(scene(blue_cube=pose(0.61, 0.06, CUBE_HALF)), FAR, 1.0)
+    assert not t["push_block_to_marker"].success(scene(blue_cube=pose(0.60, 0.10, CUBE_HALF)), FAR, 1.0)
+    assert not t["push_block_to_marker"].success(scene(blue_cube=pose(0.60, 0.05, 0.10)), FAR, 1.0)  # lifted
+    # all three in the bowl (two on the floor, one across them)
+    fz = 0.0045 + 0.0085 + CUBE_HALF
+    allin = scene(red_cube=pose(0.45, -0.124, fz), green_cube=pose(0.45, -0.176, fz),
+                  blue_cube=pose(0.45, -0.15, fz + 2 * CUBE_HALF))
+    assert t["put_all_cubes_in_bowl"].success(allin, FAR, 1.0)
+    two = dict(allin, blue_cube=pose(0.60, -0.05, CUBE_HALF))
+    assert not t["put_all_cubes_in_bowl"].success(two, FAR, 1.0)
+    sg = t["put_all_cubes_in_bowl"].subgoals(two, FAR, 1.0)
+    assert sg["2_in_bowl"] and not sg["3_in_bowl"] and sg["red_in_bowl"] and not sg["blue_in_bowl"]
+
+
+def test_subgoals_are_milestones_and_accumulate():
+    task = TASKS["place_cube_in_bowl"]
+    r0 = scene()["red_cube"]
+    ee_at = r0[:3] + [0, 0, -0.003]
+    states = [  # (objects, ee, gripper): approach, grasp, carry over the bowl, release
+        (scene(), np.array([0.45, 0.10, 0.15]), 1.0),
+        (scene(), ee_at, 1.0),
+        (scene(), ee_at, 0.56),
+        (scene(red_cube=pose(0.45, -0.15, 0.12)), np.array([0.45, -0.15, 0.12]), 0.56),
+        (scene(red_cube=pose(0.45, -0.15, 0.035)), np.array([0.45, -0.15, 0.05]), 1.0),
+    ]
+    per_tick = [task.subgoals(*s) for s in states]
+    assert set(per_tick[0]) == {"reached_red", "grasped_red", "lifted_red", "red_over_bowl", "red_in_bowl", "released"}
+    assert not any(per_tick[0].values())
+    assert per_tick[1]["reached_red"] and not per_tick[1]["grasped_red"]
+    assert per_tick[2]["grasped_red"] and not per_tick[2]["lifted_red"]
+    assert per_tick[3]["lifted_red"] and per_tick[3]["red_over_bowl"] and not per_tick[3]["red_in_bowl"]
+    assert per_tick[4]["red_in_bowl"] and per_tick[4]["released"] and not per_tick[4]["grasped_red"]
+    tr = SubgoalTracker("place_cube_in_bowl")
+    for s in states:
+        acc = tr.update(*s)
+    assert all(acc.values())  # every milestone was reached at some tick
+    assert tr.first == {"reached_red": 1, "grasped_red": 2, "lifted_red": 3, "red_over_bowl": 3, "red_in_bowl": 4,
+                        "released": 4}
+
+
+def test_predicate_on_simulated_physics(sim):
+    """Cube dropped into the bowl by setting its pose: after settling, place succeeds; on the
+    table beside the bowl it does not."""
+    names = sim.describe()["objects"]
+    task = TASKS["place_cube_in_bowl"]
+    s = sim.reset(seed=5, task=task.name)
+    bowl = objects_from_state(s, names)["bowl"]
+    sim.set_object_pose("red_cube", [bowl[0], bowl[1], 0.06])
+    sim.advance(0.5)
+    s = sim.read_state()
+    objs = objects_from_state(s, names)
+    assert task.success(objs, s.ee_pos, s.gripper), objs["red_cube"]
+    sim.set_object_pose("red_cube", [bowl[0] + 0.11, bowl[1], CUBE_HALF + 0.001])
+    sim.advance(0.3)
+    s = sim.read_state()
+    assert not task.success(objects_from_state(s, names), s.ee_pos, s.gripper)
+
+
+@pytest.mark.parametrize("name", SINGLE)
+def test_full_quality_expert_solves_single_step_tasks(sim, name):
+    for seed in (0, 1):
+        r = run_episode(sim, name, ScriptedExpert(quality=1.0, seed=seed), seed)
+        assert r["success"], (name, seed, r)
+        assert r["length"] <= TASKS[name].max_steps
+        assert any(r["subgoals"].values())
+
+
+@pytest.mark.parametrize("name", LONG)
+def test_full_quality_expert_solves_the_long_horizon_task(sim, name):
+    r = run_episode(sim, name, ScriptedExpert(quality=1.0, seed=0), 0)
+    assert r["success"], r
+    assert r["subgoals"]["1_in_bowl"] and r["subgoals"]["2_in_bowl"] and r["subgoals"]["3_in_bowl"]
+
+
+def test_expert_events_actions_and_mistakes(sim):
+    names = sim.describe()["objects"]
+    task = TASKS["pick_red_cube"]
+    ex = load_teleop("scripted")(quality=1.0, seed=0)
+    assert ex.describe()["privileged"] and ex.describe()["oracle"]
+    with pytest.raises(RuntimeError, match="begin_episode"):
+        ex.read(None, {})
+    s = sim.reset(seed=3, task=task.name)
+    ex.begin_episode(task.name, seed=3, instruction=task.instruction)
+    with pytest.raises(ValueError, match="privileged"):
+        ex.read(None, None)
+    events, steps = frozenset(), 0
+    while not events and steps < task.max_steps:
+        cmd = ex.read(None, privileged_from_state(s, names))
+        a = cmd.action
+        assert a.shape == (7,) and a.dtype == np.float32 and np.abs(a[:3]).max() <= 0.05 + 1e-6
+        assert np.linalg.norm(a[3:6]) <= 0.25 and 0.0 <= a[6] <= 1.0
+        apply_ee_delta(sim, a, ArmLimits())
+        s = sim.read_state()
+        events, steps = cmd.events, steps + 1
+    assert events == {"success"}
+    objs = objects_from_state(s, names)
+    assert task.success(objs, s.ee_pos, s.gripper)
+    assert abs(finger_angle(s.ee_quat) - 0) < math.pi / 4 + 0.1  # fingers kept near the home yaw
+    # quality 0: every episode has one fatal mistake; here the wrong cube, then it gives up
+    bad = ScriptedExpert(quality=0.0, seed=0)
+    r = run_episode(sim, "pick_red_cube", bad, 3)
+    assert bad.mistake[0] == "wrong_object" and not r["success"] and r["events"] == ["failure"]
+    assert not r["subgoals"]["grasped_red"]
+
+
+def test_quality_knobs():
+    assert ExpertKnobs.from_quality(1.0).mistake_prob == 0.0
+    lo = ExpertKnobs.from_quality(0.2)
+    assert lo.mistake_prob == pytest.approx(0.8) and lo.noise_std > ExpertKnobs.from_quality(0.9).noise_std
+    assert expected_success(0.5, 0.98) == pytest.approx(0.49)
+    with pytest.raises(ValueError, match="quality"):
+        ScriptedExpert(quality=1.5)
+    with pytest.raises(ValueError, match="unknown expert knob"):
+        ScriptedExpert(hesitancy=0.3)
+    assert ScriptedExpert(quality=0.3, noise_std=0.0).knobs.noise_std == 0.0
+    # the mistake draw depends on (expert seed, task, episode seed) only, not on the other knobs
+    draws = []
+    for kw in ({}, {"noise_std": 0.0, "pause_prob": 0.0}):
+        ex = ScriptedExpert(quality=0.5, seed=4, **kw)
+        seq = []
+        for ep in range(20):
+            ex.begin_episode("stack_cubes", seed=ep)
+            seq.append(ex.mistake)
+        draws.append(seq)
+    assert draws[0] == draws[1] and 9 <= sum(m is not None for m in draws[0]) <= 11  # 0.5 x 20, +-1
+
+
+def test_success_reward_on_a_fake_env():
+    names = list(OBJECT_NAMES)
+    objs = scene(red_cube=pose(0.45, -0.15, 0.0045 + 0.0085 + CUBE_HALF))
+
+    def env_with(objects, ee, grip):
+        arrays = {"objects": np.stack([objects[n] for n in names]), "ee_pos": np.asarray(ee, np.float32),
+                  "ee_quat": np.array([0, 0.7071, 0.7071, 0], np.float32), "gripper": np.array([grip], np.float32)}
+        client = types.SimpleNamespace(last_state=Message("state", "arm", arrays), description={"objects": names})
+        return types.SimpleNamespace(client=client)
+
+    fn = success_reward("place_cube_in_bowl")
+    info: dict = {}
+    assert fn(env_with(objs, FAR, 1.0), {}, info) == (1.0, True)
+    assert info["success"] and info["subgoals"]["red_in_bowl"]
+    info = {}
+    assert fn(env_with(scene(), FAR, 1.0), {}, info) == (0.0, False)
+    assert not info["subgoals"]["red_in_bowl"]
+    with pytest.raises(KeyError, match="did you mean"):
+        success_reward("place_cube_in_bowls")
+    no_state = types.SimpleNamespace(client=types.SimpleNamespace(last_state=None, description={"objects": names}))
+    with pytest.raises(RuntimeError, match="no state"):
+        fn(no_state, {}, {})
+    real_arm = env_with(objs, FAR, 1.0)
+    del real_arm.client.last_state.arrays["objects"]
+    with pytest.raises(RuntimeError, match="objects"):
+        fn(real_arm, {}, {})
