@@ -53,6 +53,9 @@ class RobotClient:
                 self.readers[n] = StreamReader(_connectable(dev[n].stream), "latest", keys, name=n)
         self.last_state: Message | None = None
         self.description = self.arm.describe()
+        if sync:  # the first on-demand render sets up a GL context (seconds on a busy CPU): do it now
+            for cl in self.cams.values():
+                cl.request("capture", timeout_s=60.0)
 
     # -- observing ---------------------------------------------------------------------------
     def observe(self, instruction: str = "", newer_than_ns: int = 0, cameras_newer_than_ns: int | None = None) -> dict:

@@ -19,6 +19,9 @@ os.environ.setdefault("MUJOCO_GL", "egl")
 COMMANDS: dict[str, tuple[str, str]] = {
     "bridge": ("vla.commands.bridge", "serve devices over the ZMQ hardware bridge, ping them, list them, make keys"),
     "demo": ("vla.commands.demo", "the main job on the simulated default: sim Franka bridge, scripted motion, plots"),
+    "record": ("vla.commands.record", "record teleop or scripted demonstrations into a LeRobot v3 dataset"),
+    "replay": ("vla.commands.replay", "replay a recorded episode through the bridge"),
+    "dataset": ("vla.commands.dataset", "check, repair or view a LeRobot v3 dataset"),
 }
 
 EPILOG = """\
@@ -27,6 +30,9 @@ examples:
   vla bridge serve --site sim-franka         # serve the simulated Franka and its cameras
   vla bridge ping --site sim-franka          # round-trip time of every device
   vla bridge devices --site sim-franka       # what a site serves, and where
+  vla record --robot sim-franka --task pick_red_cube --teleop scripted --episodes 20 --root data/pick
+  vla dataset check --root data/pick         # every file readable, lerobot opens it
+  vla replay --robot sim-franka --root data/pick --episode 0
 
 Every device (robot arm, cameras, ...) sits behind one ZMQ bridge; simulators are the default,
 so all of this runs on a laptop. `vla SUBCOMMAND --help` explains each subcommand.
@@ -38,7 +44,7 @@ def _user_errors() -> tuple[type[BaseException], ...]:
     from robot_io.security import SecurityError
     from robot_io.site import SiteError
 
-    return (SiteError, SecurityError, BridgeError, FileNotFoundError)
+    return (SiteError, SecurityError, BridgeError, FileNotFoundError, ValueError, KeyError)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -60,7 +66,9 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=max(level, logging.DEBUG), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     try:
         return int(args.run(args) or 0)
-    except USER_ERRORS as e:  # a problem the user can fix: one clear line, no traceback
+    except USER_ERRORS as e:  # a problem the user can fix: one clear line, no traceback (-v shows it)
+        if args.verbose:
+            raise
         print(f"vla {args.command}: error: {e}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:

@@ -23,7 +23,10 @@ def test_top_level_help_lists_every_subcommand(capsys):
 
 
 @pytest.mark.parametrize("argv", [["bridge", "--help"], ["bridge", "serve", "--help"], ["bridge", "ping", "--help"],
-                                  ["bridge", "devices", "--help"], ["bridge", "keys", "--help"], ["demo", "--help"]])
+                                  ["bridge", "devices", "--help"], ["bridge", "keys", "--help"], ["demo", "--help"],
+                                  ["record", "--help"], ["replay", "--help"], ["dataset", "--help"],
+                                  ["dataset", "check", "--help"], ["dataset", "repair", "--help"],
+                                  ["dataset", "view", "--help"]])
 def test_subcommand_help(argv, capsys):
     _help(argv)
     out = capsys.readouterr().out

@@ -82,6 +82,11 @@ _LEROBOT_DEFAULT_KEYS = ("timestamp", "frame_index", "episode_index", "index", "
 # ------------------------------------------------------------------------------------------
 
 
+# robot_io's arm layouts (robot_io.robot.state_vector, robot_io.env.RobotEnv actions)
+ARM_STATE_NAMES = ("ee_x", "ee_y", "ee_z", "ee_qw", "ee_qx", "ee_qy", "ee_qz", "gripper")
+ARM_ACTION_NAMES = ("dx", "dy", "dz", "drx", "dry", "drz", "gripper")
+
+
 def make_features(
     cameras: dict[str, tuple[int, int]],
     state_dim: int = 8,
@@ -113,12 +118,12 @@ def make_features(
     features["observation.state"] = {
         "dtype": "float32",
         "shape": (state_dim,),
-        "names": [f"state_{i}" for i in range(state_dim)],
+        "names": list(ARM_STATE_NAMES) if state_dim == len(ARM_STATE_NAMES) else [f"state_{i}" for i in range(state_dim)],
     }
     features["action"] = {
         "dtype": "float32",
         "shape": (action_dim,),
-        "names": [f"action_{i}" for i in range(action_dim)],
+        "names": list(ARM_ACTION_NAMES) if action_dim == len(ARM_ACTION_NAMES) else [f"action_{i}" for i in range(action_dim)],
     }
     features["intervention"] = {"dtype": "bool", "shape": (1,), "names": None}
     features["observation.capture_time"] = {"dtype": "float64", "shape": (1,), "names": None}

@@ -1,0 +1,201 @@
+"""`vla record`: teleoperated (or scripted) demonstrations into a LeRobot v3 dataset.
+
+The loop, per episode: reset the robot (a simulator lays out the task's scene from the seed),
+then every control tick read the teleop device, step ``robot_io.RobotEnv`` with its action and
+add one frame: the observation the operator saw, the action the server actually applied (after
+its limits), the intervention flag and the real capture time. Operator events end an episode
+(success / failure), discard it (re-record) or end the session (stop). Each finished episode
+is durable when it is saved (``vla.data.EpisodeWriter``); Ctrl-C or a kill loses at most the
+episode in progress, and ``vla dataset repair`` restores a dataset left by a crash.
+
+Beside lerobot's files, ``meta/vla_episodes.jsonl`` records per episode: task, seed,
+instruction, success, attempts, and the achieved control rate -- what ``vla replay`` needs to
+re-create the scene.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import logging
+import os
+import signal
+import time
+
+log = logging.getLogger(__name__)
+
+
+def add_parser(sub, name: str, help_: str) -> None:
+    p = sub.add_parser(name, help=help_, formatter_class=argparse.RawDescriptionHelpFormatter, description=(
+        "Record demonstrations into a LeRobot v3 dataset through the bridge. The teleop device drives "
+        "the robot at a fixed control rate; every frame stores the cameras, the state, the action the "
+        "server applied, an intervention flag and the real capture time. A finished episode is durable "
+        "as soon as it is saved: a crash loses at most the episode in progress (`vla dataset repair`)."),
+        epilog="""\
+examples:
+  vla record --robot sim-franka --task pick_red_cube --teleop scripted --episodes 20 --root data/pick
+  vla record --robot sim-franka-fast --task stack_cubes --teleop scripted --expert-quality 0.6 --root data/stack
+  vla record --robot my_lab.yaml --teleop keyboard --instruction "fold the towel" --episodes 10 --root data/towel
+
+keyboard: w/s a/d r/f move x/y/z, q/e yaw, space gripper, Enter success, x failure,
+z re-record, Esc stop. Recording into an existing dataset appends to it.
+""")
+    p.add_argument("--robot", default="sim-franka", help="site YAML or preset (default sim-franka; "
+                   "sim-franka-fast records simulated demos as fast as the CPU allows)")
+    p.add_argument("--task", default=None, help="sim task name (sets the scene, the instruction, success "
+                   "detection and the scripted expert); see `vla record --list-tasks`")
+    p.add_argument("--list-tasks", action="store_true", help="print the sim tasks and exit")
+    p.add_argument("--instruction", default=None, help="language instruction stored with each episode "
+                   "(default: the task's instruction)")
+    p.add_argument("--teleop", default="keyboard", help="keyboard | gamepad | spacemouse | scripted (default keyboard)")
+    p.add_argument("--expert-quality", type=float, default=1.0,
+                   help="scripted expert quality in [0, 1]: 1 = best, lower adds noise, hesitation and mistakes")
+    p.add_argument("--episodes", type=int, default=10, help="episodes to keep (default 10)")
+    p.add_argument("--root", required=True, help="dataset folder (created, or appended to if it exists)")
+    p.add_argument("--repo-id", default=None, help="dataset repo id (default local/<folder name>)")
+    p.add_argument("--fps", type=float, default=10.0, help="control and recording rate, Hz (default 10)")
+    p.add_argument("--max-steps", type=int, default=None, help="ticks per episode before it counts as a "
+                   "failure (default: the task's limit, else 300)")
+    p.add_argument("--seed", type=int, default=0, help="first scene seed; episode k uses seed+k")
+    p.add_argument("--keep-failures", action="store_true", help="save failed episodes too (default: re-record them)")
+    p.add_argument("--max-attempts", type=int, default=None, help="give up after this many attempts (default 3x episodes)")
+    p.add_argument("--no-video", action="store_true", help="store PNG images instead of encoded video")
+    p.add_argument("--serve", default="auto", choices=("auto", "always", "never"),
+                   help="start the bridge for a simulated site when it is not running (auto, default)")
+    p.set_defaults(run=run)
+
+
+def _list_tasks() -> int:
+    from hardware.sim_tasks import TASKS
+
+    for name, t in TASKS.items():
+        print(f"  {name:<26} {t.instruction!r}  (max {t.max_steps} steps)")
+    return 0
+
+
+class _StopRequested:
+    """SIGINT / SIGTERM set a flag: the loop discards the episode in progress and closes cleanly."""
+
+    def __init__(self) -> None:
+        self.flag = False
+        self._old = {}
+
+    def __enter__(self):
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            self._old[sig] = signal.signal(sig, self._set)
+        return self
+
+    def _set(self, *_):
+        if self.flag:  # second Ctrl-C: the user means it
+            raise KeyboardInterrupt
+        self.flag = True
+        print("\nstop requested: discarding the episode in progress, closing the dataset", flush=True)
+
+    def __exit__(self, *exc):
+        for sig, h in self._old.items():
+            signal.signal(sig, h)
+
+
+def run(args) -> int:
+    if args.list_tasks:
+        return _list_tasks()
+    import numpy as np
+    from tqdm import tqdm
+
+    import hardware.teleop as teleop_pkg
+    from robot_io.env import RobotEnv
+    from robot_io.robot import RobotClient
+    from robot_io.site import load_site
+    from vla.commands._bridge import running_bridge
+    from vla.data import EpisodeWriter, make_features
+    from vla.data.recording import record_episode
+
+    if args.episodes <= 0:
+        raise ValueError("--episodes must be positive")
+    task = None
+    if args.task is not None:
+        from hardware.sim_tasks import get_task
+
+        task = get_task(args.task)
+    instruction = args.instruction or (task.instruction if task else None)
+    if not instruction:
+        raise ValueError("give --instruction (or --task for a sim task): every episode needs its instruction")
+    if args.teleop == "scripted" and task is None:
+        raise ValueError("--teleop scripted needs --task: the scripted expert is written per sim task")
+    max_steps = args.max_steps or (task.max_steps if task else 300)
+    site = load_site(args.robot)
+    os.makedirs(os.path.dirname(os.path.abspath(args.root)) or ".", exist_ok=True)
+    repo_id = args.repo_id or f"local/{os.path.basename(os.path.normpath(args.root))}"
+    teleop_cls = teleop_pkg.load_teleop(args.teleop)
+    teleop = teleop_cls(quality=args.expert_quality, seed=args.seed) if args.teleop == "scripted" else teleop_cls()
+
+    log_path = os.path.abspath(args.root.rstrip("/") + f".bridge-{dt.datetime.now():%Y%m%d-%H%M%S}.log")
+    with running_bridge(site, log_path, start=args.serve), teleop, _StopRequested() as stop:
+        client = RobotClient(site)
+        reward_fn = None
+        if task is not None:
+            from rewards.sim_success import success_reward
+
+            reward_fn = success_reward(task.name)
+
+        def reset_fn(env, seed):
+            client.reset(seed=seed, task=task.name if task else None)
+
+        env = RobotEnv(client, instruction=instruction, control_hz=args.fps, reward_fn=reward_fn, reset_fn=reset_fn)
+        obs0 = client.observe(instruction)
+        cams = {c: img.shape[:2] for c, img in obs0["images"].items()}
+        features = make_features(cams, state_dim=obs0["state"].shape[0], action_dim=7, video=not args.no_video)
+        writer = EpisodeWriter(args.root, repo_id, fps=int(round(args.fps)), features=features,
+                               robot_type=client.description.get("driver", site.name), video=not args.no_video)
+        names = list(client.description.get("objects", []))
+        sidecar = os.path.join(args.root, "meta", "vla_episodes.jsonl")
+        max_attempts = args.max_attempts or 3 * args.episodes
+        kept = successes = attempts = 0
+        bar = tqdm(total=args.episodes, desc="episodes", unit="ep")
+        try:
+            while kept < args.episodes and attempts < max_attempts and not stop.flag:
+                seed = args.seed + attempts
+                attempts += 1
+                privileged_fn = None
+                if args.teleop == "scripted":  # the scripted expert is an oracle: it reads the simulator's truth
+                    def privileged_fn():
+                        return {**{k: np.asarray(v) for k, v in client.last_state.arrays.items()}, "object_names": names}
+                res = record_episode(env, teleop, writer, instruction, max_steps, seed=seed,
+                                     task=task.name if task else None, privileged_fn=privileged_fn,
+                                     end_on_success=args.teleop != "scripted", should_stop=lambda: stop.flag)
+                outcome, n = res.outcome, res.frames
+                if outcome in ("stop", "rerecord", "interrupted") or n == 0 or (outcome == "failure" and not args.keep_failures):
+                    writer.discard_episode()
+                    bar.set_postfix_str(f"attempt {attempts}: {outcome or 'stopped'}, discarded")
+                    if outcome == "stop":
+                        break
+                    continue
+                idx = writer.save_episode()
+                kept += 1
+                successes += outcome == "success"
+                loop = res.loop
+                rate = loop.get("achieved_hz")
+                if rate is not None and rate < 0.95 * args.fps and not client.sync:
+                    tqdm.write(f"WARNING: episode {idx} ran at {rate:.2f} Hz, below the target {args.fps:g} Hz "
+                               f"(lateness p99 {loop['late_ms_p99']:.1f} ms); capture times record the real timing")
+                with open(sidecar, "a") as f:
+                    f.write(json.dumps({"episode_index": idx, "task": task.name if task else None, "seed": seed,
+                                        "instruction": instruction, "success": outcome == "success", "frames": n,
+                                        "teleop": args.teleop, "expert_quality": args.expert_quality
+                                        if args.teleop == "scripted" else None,
+                                        "achieved_hz": rate, "recorded_at": time.time()}) + "\n")
+                    f.flush()
+                    os.fsync(f.fileno())
+                bar.update(1)
+                bar.set_postfix(success=f"{successes}/{kept}", frames=n)
+        finally:
+            bar.close()
+            writer.close()
+            env.close()
+    print(f"dataset: {os.path.abspath(args.root)} (repo_id {repo_id}): {writer.num_episodes} episode(s), "
+          f"{writer.num_frames} frames; kept {kept} of {attempts} attempt(s), {successes} successful")
+    if kept < args.episodes and not stop.flag:
+        print(f"stopped after {attempts} attempts with {kept} of {args.episodes} episodes kept", flush=True)
+        return 1
+    return 0
