@@ -42,9 +42,10 @@ def test_lerobot_loads_what_vla_record_wrote(recorded):
 
 def test_dataset_check_and_replay_reproduce_the_demo(recorded, capsys):
     assert main(["dataset", "check", "--root", str(recorded)]) == 0
-    assert main(["replay", "--robot", "sim-franka-fast", "--root", str(recorded), "--episode", "1"]) == 0
-    out = capsys.readouterr().out
-    assert "task success on replay: True" in out
+    rc = main(["replay", "--robot", "sim-franka-fast", "--root", str(recorded), "--episode", "1"])
+    captured = capsys.readouterr()
+    assert rc == 0, captured.err
+    assert "task success on replay: True" in captured.out, captured.out
 
 
 def test_record_refuses_unknown_task_with_suggestion(tmp_path, capsys):
