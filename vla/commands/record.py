@@ -165,7 +165,10 @@ def run(args) -> int:
                                      task=task.name if task else None, privileged_fn=privileged_fn,
                                      end_on_success=args.teleop != "scripted", should_stop=lambda: stop.flag)
                 outcome, n = res.outcome, res.frames
-                if outcome in ("stop", "rerecord", "interrupted") or n == 0 or (outcome == "failure" and not args.keep_failures):
+                if outcome == "watchdog":
+                    tqdm.write(f"WARNING: attempt {attempts}: the bridge watchdog stopped the robot (this recorder "
+                               "stalled past command_timeout_ms); episode discarded, re-recording")
+                if outcome in ("stop", "rerecord", "interrupted", "watchdog") or n == 0 or (outcome == "failure" and not args.keep_failures):
                     writer.discard_episode()
                     bar.set_postfix_str(f"attempt {attempts}: {outcome or 'stopped'}, discarded")
                     if outcome == "stop":

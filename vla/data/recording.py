@@ -9,10 +9,12 @@ from typing import Callable
 
 import numpy as np
 
+from robot_io.client import CommandError
+
 
 @dataclasses.dataclass
 class EpisodeResult:
-    outcome: str  # success | failure | rerecord | stop | interrupted
+    outcome: str  # success | failure | rerecord | stop | interrupted | watchdog
     frames: int
     loop: dict
     """RobotEnv loop statistics for this episode (achieved_hz, late_ms_p50/p99/max, ...)."""
@@ -46,7 +48,15 @@ def record_episode(env, teleop, writer, instruction: str, max_steps: int, seed: 
                 break
         if outcome is not None:
             break
-        new_obs, _, terminated, _, info = env.step(cmd.action)
+        try:
+            new_obs, _, terminated, _, info = env.step(cmd.action)
+        except CommandError as e:
+            if e.code != "safe_state":
+                raise
+            # the server's watchdog stopped the robot (this loop stalled past command_timeout_ms):
+            # the episode is broken; the caller discards it and the next reset re-arms the robot
+            outcome = "watchdog"
+            break
         t_cap = min(int(t) for t in obs["t"].values())
         t_first = t_cap if t_first is None else t_first
         frame = {f"observation.images.{c}": img for c, img in obs["images"].items()}

@@ -47,6 +47,7 @@ full; :meth:`EpisodeWriter.add_frame` applies back-pressure instead (waits for q
 from __future__ import annotations
 
 import contextlib
+import gc
 import json
 import logging
 import os
@@ -302,6 +303,11 @@ class EpisodeWriter:
 
     ``streaming``: encode video while frames are added (default) instead of writing PNGs and
     encoding in ``save_episode``.
+
+    ``encoder_threads``: threads per video encoder (default 1). With x264's default (one per
+    core) the encoder can take every core of a small machine for a few hundred ms, starving the
+    bridge and the control loop; on 2 cores that stalled the loop past the 200 ms watchdog
+    (measured with bench/record.py). ``None`` lets the codec decide.
     """
 
     def __init__(
@@ -315,6 +321,7 @@ class EpisodeWriter:
         vcodec: str = "h264",
         resume: bool | Literal["auto"] = "auto",
         streaming: bool = True,
+        encoder_threads: int | None = 1,
     ) -> None:
         import av
         from lerobot.configs import RGBEncoderConfig
@@ -355,6 +362,7 @@ class EpisodeWriter:
                         rgb_encoder=rgb_encoder,
                         streaming_encoding=streaming,
                         encoder_queue_maxsize=_QUEUE_FRAMES,
+                        encoder_threads=encoder_threads,
                     )
                     ds.meta._metadata_buffer_size = 1
                     ds.meta.update_chunk_settings(
@@ -375,6 +383,7 @@ class EpisodeWriter:
                         metadata_buffer_size=1,
                         streaming_encoding=streaming,
                         encoder_queue_maxsize=_QUEUE_FRAMES,
+                        encoder_threads=encoder_threads,
                         data_files_size_in_mb=ONE_EPISODE_PER_FILE_MB,
                         video_files_size_in_mb=ONE_EPISODE_PER_FILE_MB,
                     )
@@ -385,6 +394,12 @@ class EpisodeWriter:
             raise
         self._ds = ds
         self._close_writers_after_each_write()
+        # torch + lerobot + datasets leave millions of long-lived objects; a full cyclic-GC pass
+        # over them stalled the recording process for ~300 ms (measured with bench/record.py),
+        # long enough to trip the bridge's 200 ms watchdog mid-episode. Freeze what exists now
+        # so collections only scan objects made while recording.
+        gc.collect()
+        gc.freeze()
         self._backup_info()
 
     # -- setup ------------------------------------------------------------------------------
