@@ -18,18 +18,24 @@ REGISTRY: dict[str, str] = {
 }
 
 
-def load_driver(name: str) -> type[Device]:
-    """Return the device class registered under ``name`` (with a did-you-mean on typos)."""
+def load_registered(registry: dict[str, str], name: str, what: str = "driver") -> type:
+    """Import and return the class ``registry`` names ``name`` ("module:Class"), with a
+    did-you-mean on typos."""
     import difflib
     import importlib
 
-    if name not in REGISTRY:
-        close = difflib.get_close_matches(name, REGISTRY, n=1)
+    if name not in registry:
+        close = difflib.get_close_matches(name, registry, n=1)
         hint = f"; did you mean {close[0]!r}?" if close else ""
-        raise KeyError(f"unknown driver {name!r}{hint} Known drivers: {', '.join(sorted(REGISTRY))}")
-    module, cls = REGISTRY[name].split(":")
+        raise KeyError(f"unknown {what} {name!r}{hint} Known: {', '.join(sorted(registry))}")
+    module, cls = registry[name].split(":")
     return getattr(importlib.import_module(module), cls)
 
 
+def load_driver(name: str) -> type[Device]:
+    """Return the device class registered under ``name``."""
+    return load_registered(REGISTRY, name, "driver")
+
+
 __all__ = ["Arm", "ArmState", "Camera", "CameraFrame", "Device", "DeviceError", "JointLimits",
-           "NotConnectedError", "REGISTRY", "load_driver"]
+           "NotConnectedError", "REGISTRY", "load_driver", "load_registered"]

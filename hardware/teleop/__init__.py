@@ -13,12 +13,7 @@ TELEOP_REGISTRY: dict[str, str] = {
 
 
 def load_teleop(name: str):
-    import difflib
-    import importlib
+    """Return the teleop class registered under ``name`` (with a did-you-mean on typos)."""
+    from hardware import load_registered
 
-    if name not in TELEOP_REGISTRY:
-        close = difflib.get_close_matches(name, TELEOP_REGISTRY, n=1)
-        hint = f"; did you mean {close[0]!r}?" if close else ""
-        raise KeyError(f"unknown teleop device {name!r}{hint} Known: {', '.join(sorted(TELEOP_REGISTRY))}")
-    module, cls = TELEOP_REGISTRY[name].split(":")
-    return getattr(importlib.import_module(module), cls)
+    return load_registered(TELEOP_REGISTRY, name, "teleop device")
