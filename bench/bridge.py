@@ -142,8 +142,8 @@ def _arm_server_proc(conn, kind: str) -> None:
     srv.stop()
     try:
         conn.send(stats)
-    except (BrokenPipeError, OSError):
-        pass
+    except (BrokenPipeError, OSError) as e:  # the parent is gone (it timed out): nobody to tell
+        print(f"server process: could not report to the benchmark: {e}", file=sys.stderr)
 
 
 def _raw_rep_proc(conn, reply_sizes: list[int]) -> None:
@@ -174,8 +174,8 @@ def _raw_rep_proc(conn, reply_sizes: list[int]) -> None:
     ctx.term()
     try:
         conn.send({"served": served, "cpu_s": time.process_time()})
-    except (BrokenPipeError, OSError):
-        pass
+    except (BrokenPipeError, OSError) as e:  # the parent is gone (it timed out): nobody to tell
+        print(f"server process: could not report to the benchmark: {e}", file=sys.stderr)
 
 
 def _camera_server_proc(conn, kind: str, n_cams: int, width: int, height: int, fps: float, hwm: int,
@@ -260,8 +260,8 @@ def _camera_server_proc(conn, kind: str, n_cams: int, width: int, height: int, f
     shutdown()
     try:
         conn.send(final)
-    except (BrokenPipeError, OSError):
-        pass
+    except (BrokenPipeError, OSError) as e:  # the parent is gone (it timed out): nobody to tell
+        print(f"server process: could not report to the benchmark: {e}", file=sys.stderr)
 
 
 class Child:

@@ -27,6 +27,7 @@ The scene constants mirror ``hardware.sim_franka`` (a test checks they agree).
 
 from __future__ import annotations
 
+import abc
 import dataclasses
 import difflib
 import math
@@ -175,8 +176,8 @@ def sample_layout(rng: np.random.Generator, constraints: Callable[[Placements], 
 
 
 @dataclasses.dataclass(frozen=True)
-class Task:
-    """One language-conditioned task. Subclasses define ``success`` and ``subgoals``."""
+class Task(abc.ABC):
+    """One language-conditioned task. Subclasses define ``skills``, ``success`` and ``subgoals``."""
 
     name: str
     instruction: str
@@ -189,21 +190,23 @@ class Task:
         return (self.instruction, *self.paraphrases)
 
     @property
+    @abc.abstractmethod
     def skills(self) -> tuple[tuple, ...]:
         """The sub-skills that make up the task, for the scripted expert: ``("pick", cube)``,
         ``("place", cube, where)`` with where ``"bowl"``, ``("bowl", slot)`` or ``("on", cube)``,
         ``("push", cube, "target")``, ``("lift", cube, height)``."""
-        raise NotImplementedError
 
     def layout(self, rng: np.random.Generator) -> Placements:
         """Seeded initial placements ``{name: (x, y, yaw)}`` for every object of the scene."""
         return sample_layout(rng)
 
+    @abc.abstractmethod
     def success(self, objects: Mapping[str, Pose7], ee_pos, gripper: float) -> bool:
-        raise NotImplementedError
+        """True when the task is done in this simulator state."""
 
+    @abc.abstractmethod
     def subgoals(self, objects: Mapping[str, Pose7], ee_pos, gripper: float) -> dict[str, bool]:
-        raise NotImplementedError
+        """Which of the task's sub-goals hold in this state."""
 
     def sample_instruction(self, rng: np.random.Generator) -> str:
         return self.instructions[int(rng.integers(len(self.instructions)))]

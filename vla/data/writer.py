@@ -146,12 +146,13 @@ def fsync_path(path: Path) -> None:
     flags = os.O_RDONLY | (os.O_DIRECTORY if path.is_dir() else 0)
     try:
         fd = os.open(path, flags)
-    except OSError:
+    except OSError as e:
+        logger.debug("cannot open %s to fsync it: %s", path, e)
         return
     try:
         os.fsync(fd)
-    except OSError:
-        pass
+    except OSError as e:  # some filesystems refuse fsync on a directory; the data files were synced
+        logger.debug("fsync of %s refused: %s", path, e)
     finally:
         os.close(fd)
 
