@@ -1,0 +1,1 @@
+"""Network pieces of the VLA backbones (torch)."""
