@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import abc
 import dataclasses
+import time
 from typing import Any
 
 import numpy as np
@@ -175,6 +176,24 @@ class Camera(Device):
         if fps <= 0:
             raise ValueError(f"camera {name!r}: fps must be positive, got {fps}")
         self.width, self.height, self.fps, self.has_depth = int(width), int(height), float(fps), bool(depth)
+        self._next_t = time.monotonic()
+
+    def _restart_pacing(self) -> None:
+        """The next ``_pace()`` returns at once (call on connect / restart of playback)."""
+        self._next_t = time.monotonic()
+
+    def _pace(self, timeout_s: float, detail: str = "") -> None:
+        """Sleep until the next frame time on a fixed ``fps`` schedule. A reader that fell behind
+        by more than a period skips ahead (frames are dropped, as a real camera drops them) rather
+        than bursting to catch up. Raises DeviceError when the next frame is further than
+        ``timeout_s`` away."""
+        wait = self._next_t - time.monotonic()
+        if wait > timeout_s:
+            raise DeviceError(f"camera {self.name!r}: no frame within {timeout_s:.3f} s{detail}")
+        if wait > 0:
+            time.sleep(wait)
+        period = 1.0 / self.fps
+        self._next_t = max(self._next_t + period, time.monotonic() - period)
 
     @abc.abstractmethod
     def read(self, timeout_s: float = 1.0) -> CameraFrame:

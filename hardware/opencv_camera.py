@@ -71,7 +71,6 @@ class OpenCVCamera(Camera):
 
         self._cap: Any = None
         self._index = 0  # file mode: frames returned; live mode: frames grabbed
-        self._next_t = 0.0
         self._warned_size = False
         # live mode: the reader thread publishes the latest frame under _cv
         self._cv = threading.Condition()
@@ -101,7 +100,7 @@ class OpenCVCamera(Camera):
             file_fps = cap.get(cv2.CAP_PROP_FPS)
             if file_fps > 0 and abs(file_fps - self.fps) > 0.5:
                 log.info("camera %r: file is %.2f fps, played back at %.2f fps", self.name, file_fps, self.fps)
-            self._next_t = time.monotonic()
+            self._restart_pacing()
             return
         if self.fourcc is not None:
             cap.set(cv2.CAP_PROP_FOURCC, cv2.VideoWriter_fourcc(*self.fourcc))
@@ -138,14 +137,7 @@ class OpenCVCamera(Camera):
         return CameraFrame(rgb=self._to_rgb(bgr), t_mono_ns=t_ns, index=index)
 
     def _read_file(self, timeout_s: float) -> tuple[np.ndarray, int, int]:
-        wait = self._next_t - time.monotonic()
-        if wait > timeout_s:
-            raise DeviceError(f"camera {self.name!r}: no frame within {timeout_s:.3f} s (playback at {self.fps} fps)")
-        if wait > 0:
-            time.sleep(wait)
-        # Keep a fixed schedule; a reader late by more than a period restarts it (no burst to catch up).
-        period = 1.0 / self.fps
-        self._next_t = max(self._next_t + period, time.monotonic() - period)
+        self._pace(timeout_s, f" (playback at {self.fps} fps)")
         ok, bgr = self._cap.read()
         if not ok and self.loop:
             self._cap.set(cv2.CAP_PROP_POS_FRAMES, 0)

@@ -80,7 +80,6 @@ class RealSenseCamera(Camera):
         self._playback: Any = None
         self._depth_scale = 0.0
         self._index = 0
-        self._next_t = 0.0
 
     @property
     def is_playback(self) -> bool:
@@ -112,7 +111,7 @@ class RealSenseCamera(Camera):
                                   f"connected: {', '.join(serials)}")
         self._start_pipeline()
         self._index = 0
-        self._next_t = time.monotonic()
+        self._restart_pacing()
 
     def _start_pipeline(self) -> None:
         rs = self._rs
@@ -215,13 +214,7 @@ class RealSenseCamera(Camera):
 
     def _next_recorded(self, timeout_s: float) -> Any:
         """Playback: the next recorded frame set, paced at fps; DeviceError at the end (loop=False)."""
-        wait = self._next_t - time.monotonic()
-        if wait > timeout_s:
-            raise DeviceError(f"camera {self.name!r}: no frame within {timeout_s:.3f} s (playback at {self.fps} fps)")
-        if wait > 0:
-            time.sleep(wait)
-        period = 1.0 / self.fps
-        self._next_t = max(self._next_t + period, time.monotonic() - period)
+        self._pace(timeout_s, f" (playback at {self.fps} fps)")
         deadline = time.monotonic() + timeout_s
         while True:
             ok, fs = self._pipe.try_wait_for_frames(50)

@@ -69,12 +69,11 @@ class SimCamera(Camera):
         self._renderer: mujoco.Renderer | None = None
         self._render_thread: int | None = None
         self._index = 0
-        self._next_t = 0.0
 
     # -- lifecycle ----------------------------------------------------------------------------
     def _connect(self) -> None:
         self._index = 0
-        self._next_t = time.monotonic()
+        self._restart_pacing()
 
     def _disconnect(self) -> None:
         r, self._renderer = self._renderer, None
@@ -101,14 +100,7 @@ class SimCamera(Camera):
     def read(self, timeout_s: float = 1.0) -> CameraFrame:
         """Wait for the next frame time (paced at ``fps``) and render the current sim state."""
         self._require_connected()
-        period = 1.0 / self.fps
-        wait = self._next_t - time.monotonic()
-        if wait > timeout_s:
-            raise DeviceError(f"camera {self.name!r}: no frame within {timeout_s:.3f} s")
-        if wait > 0:
-            time.sleep(wait)
-        # Fixed schedule; when rendering falls behind by more than a period, skip ahead (drop frames).
-        self._next_t = max(self._next_t + period, time.monotonic() - period)
+        self._pace(timeout_s)
         return self._render()
 
     def render_now(self) -> CameraFrame:

@@ -12,7 +12,7 @@ import time
 
 import numpy as np
 
-from hardware.base import Camera, CameraFrame, DeviceError
+from hardware.base import Camera, CameraFrame
 
 
 class SyntheticCamera(Camera):
@@ -21,7 +21,6 @@ class SyntheticCamera(Camera):
         super().__init__(name, width, height, fps, depth)
         self._base = None
         self._index = 0
-        self._next_t = 0.0
 
     def _connect(self) -> None:
         y = np.linspace(0, 255, self.height, dtype=np.float32)[:, None]
@@ -30,21 +29,14 @@ class SyntheticCamera(Camera):
                                np.broadcast_to(y, (self.height, self.width)),
                                np.full((self.height, self.width), 128, np.float32)], -1).astype(np.uint8)
         self._index = 0
-        self._next_t = time.monotonic()
+        self._restart_pacing()
 
     def _disconnect(self) -> None:
         self._base = None
 
     def read(self, timeout_s: float = 1.0) -> CameraFrame:
         self._require_connected()
-        period = 1.0 / self.fps
-        wait = self._next_t - time.monotonic()
-        if wait > timeout_s:
-            raise DeviceError(f"camera {self.name!r}: no frame within {timeout_s:.3f} s")
-        if wait > 0:
-            time.sleep(wait)
-        # Keep a fixed schedule; if we fell behind by more than a period, skip ahead (a real camera drops too).
-        self._next_t = max(self._next_t + period, time.monotonic() - period)
+        self._pace(timeout_s)
         rgb = np.roll(self._base, self._index % self.width, axis=1)
         rgb[0, :8, 0] = np.frombuffer(np.int64(self._index).tobytes(), np.uint8)
         depth = None
