@@ -22,6 +22,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "record": ("vla.commands.record", "record teleop or scripted demonstrations into a LeRobot v3 dataset"),
     "replay": ("vla.commands.replay", "replay a recorded episode through the bridge"),
     "dataset": ("vla.commands.dataset", "check, repair or view a LeRobot v3 dataset"),
+    "train": ("vla.commands.train", "supervised fine-tuning of the compact VLA on LeRobot datasets (frozen / LoRA / full)"),
+    "eval": ("vla.commands.eval", "roll a VLA checkpoint out in the sim tasks: success rate per task, videos"),
 }
 
 EPILOG = """\

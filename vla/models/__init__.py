@@ -1,1 +1,42 @@
-"""Network pieces of the VLA backbones (torch)."""
+"""VLA backbones behind one interface (``vla.models.base.VLA``).
+
+``BACKBONES`` maps a checkpoint kind to the module and class that load it (imported on use, so
+``import vla.models`` stays light); ``load_vla(path)`` reads ``config.json`` and dispatches:
+the compact flow VLA writes ``{"kind": "compact-flow-vla"}``, LeRobot policies write
+``{"type": "pi0" | "pi05" | "smolvla"}``.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import os
+
+BACKBONES: dict[str, tuple[str, str]] = {
+    "compact-flow-vla": ("vla.models.compact", "CompactVLA"),
+    "pi0": ("vla.models.lerobot_adapters", "LeRobotVLA"),
+    "pi05": ("vla.models.lerobot_adapters", "LeRobotVLA"),
+    "smolvla": ("vla.models.lerobot_adapters", "LeRobotVLA"),
+}
+
+
+def checkpoint_kind(path: str) -> str:
+    cfg = os.path.join(path, "config.json")
+    if not os.path.isfile(cfg):
+        raise FileNotFoundError(f"{path}: no config.json, not a VLA checkpoint directory")
+    with open(cfg) as f:
+        meta = json.load(f)
+    kind = meta.get("kind") or meta.get("type")
+    if kind not in BACKBONES:
+        raise ValueError(f"{cfg}: unknown VLA kind {kind!r}; known: {sorted(BACKBONES)}")
+    return kind
+
+
+def load_vla(path: str):
+    """Load any supported VLA checkpoint directory (eval mode, CPU)."""
+    kind = checkpoint_kind(path)
+    module, cls = BACKBONES[kind]
+    klass = getattr(importlib.import_module(module), cls)
+    if kind == "compact-flow-vla":
+        return klass.load(path)
+    return klass.from_checkpoint(path, kind=kind)

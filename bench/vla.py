@@ -1,0 +1,173 @@
+#!/usr/bin/env python
+"""Compact VLA benchmark: chunk inference latency on one CPU thread, and SFT throughput.
+
+Latency: ``CompactVLA.sample_actions`` at batch 1 on two 224 x 224 camera frames (resized to
+the model's 96 px inside, as on the robot), the 8-d state and a cached instruction embedding,
+10 Euler steps, ``torch.set_num_threads(1)``; p50 / p90 / p99 / max over ``--calls`` calls after
+a warm-up, plus the split between the vision trunk (both cameras in one batch) and the rest.
+Goal: p50 <= 30 ms per chunk.
+
+SFT throughput: samples / s of full training steps (forward, backward, AdamW, EMA) at batch 256
+(``--batch``) with the threads torch uses by default, for each mode: ``frozen`` (trunk features
+cached, what `vla train` does), ``lora`` and ``full`` (the trunk runs forward and backward on
+augmented 96 px frames). Random inputs: throughput does not depend on the data.
+
+Writes ``bench/results/vla.json`` and ``vla.png``.
+
+    .venv/bin/python bench/vla.py [--quick] [--out DIR]
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as _dt
+import json
+import os
+import pathlib
+import platform
+import sys
+import time
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+import numpy as np  # noqa: E402
+import torch  # noqa: E402
+
+GOAL_LATENCY_MS = 30.0
+
+
+def latency(calls: int) -> dict:
+    from vla.models.compact import CompactVLA, CompactVLAConfig
+
+    torch.set_num_threads(1)
+    m = CompactVLA(CompactVLAConfig()).eval()
+    rng = np.random.default_rng(0)
+    obs = {"images": {c: rng.integers(0, 255, (1, 224, 224, 3), dtype=np.uint8) for c in ("front", "wrist")},
+           "state": rng.normal(size=(1, 8)).astype(np.float32), "instruction": ["pick up the red cube"]}
+    for _ in range(10):
+        m.sample_actions(obs)
+    total, trunk = [], []
+    with torch.no_grad():
+        for _ in range(calls):
+            t0 = time.perf_counter()
+            m.sample_actions(obs)
+            total.append(time.perf_counter() - t0)
+        imgs = m.preprocess_images({c: torch.from_numpy(v) for c, v in obs["images"].items()})
+        for _ in range(calls):
+            t0 = time.perf_counter()
+            m.trunk_features(imgs)
+            trunk.append(time.perf_counter() - t0)
+    ms = np.asarray(total) * 1e3
+    tr = np.asarray(trunk) * 1e3
+    return {"calls": calls, "threads": 1, "batch": 1, "cameras": 2, "camera_px": 224,
+            "image_size": m.cfg.image_size, "euler_steps": m.cfg.num_steps, "horizon": m.cfg.horizon,
+            "p50_ms": float(np.percentile(ms, 50)), "p90_ms": float(np.percentile(ms, 90)),
+            "p99_ms": float(np.percentile(ms, 99)), "max_ms": float(ms.max()),
+            "trunk_p50_ms": float(np.percentile(tr, 50)), "samples_ms": ms.round(3).tolist()}
+
+
+def throughput(mode: str, batch: int, steps: int, threads: int) -> dict:
+    from vla.models.compact import CompactVLA, CompactVLAConfig
+    from vla.models.encoders import color_jitter, random_shift
+
+    torch.set_num_threads(threads)
+    torch.manual_seed(0)
+    m = CompactVLA(CompactVLAConfig()).set_mode(mode)
+    ema = {k: v.detach().clone() for k, v in m.state_dict().items()}
+    m.train()
+    opt = torch.optim.AdamW(m.trainable_parameters(), lr=3e-4)
+    gen = torch.Generator().manual_seed(0)
+    hw = m.cfg.image_size // 16
+    fm = {c: torch.randn(4 * batch, m.trunk.out_channels, hw, hw).half() for c in m.cfg.cameras}
+    imgs = {c: torch.randint(0, 255, (4 * batch, 96, 96, 3), dtype=torch.uint8) for c in m.cfg.cameras}
+    times = []
+    for i in range(steps + 2):
+        t0 = time.perf_counter()
+        idx = torch.randint(0, 4 * batch, (batch,), generator=gen)
+        b = {"state": torch.randn(batch, 8), "text": torch.randn(batch, 384), "action": torch.rand(batch, 8, 7)}
+        if mode == "frozen":
+            b["fmaps"] = {c: fm[c][idx].float() for c in m.cfg.cameras}
+        else:
+            b["fmaps"] = m.trunk_features({c: color_jitter(random_shift(imgs[c][idx], 4, gen), 0.15, gen)
+                                           for c in m.cfg.cameras})
+        loss, _ = m.loss(b)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()
+        with torch.no_grad():
+            for k, v in m.state_dict().items():
+                if v.dtype.is_floating_point:
+                    ema[k].mul_(0.999).add_(v, alpha=0.001)
+        if i >= 2:  # warm-up
+            times.append(time.perf_counter() - t0)
+    t = np.asarray(times)
+    from vla.models.modes import count_parameters
+
+    return {"mode": mode, "batch": batch, "threads": threads, "steps": steps,
+            "step_s_median": float(np.median(t)), "samples_per_s": float(batch / np.median(t)),
+            "parameters": count_parameters(m)}
+
+
+def plot(res: dict, path: pathlib.Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, (a, b) = plt.subplots(1, 2, figsize=(10, 3.6))
+    lat = res["latency"]
+    ms = np.asarray(lat["samples_ms"])
+    a.hist(ms, bins=40, color="#4c72b0")
+    a.axvline(GOAL_LATENCY_MS, color="r", ls="--", label=f"goal {GOAL_LATENCY_MS:.0f} ms")
+    a.axvline(lat["p50_ms"], color="k", label=f"p50 {lat['p50_ms']:.1f} ms")
+    a.set_xlabel("ms per chunk (batch 1, 1 thread, 2 cams)")
+    a.set_ylabel("calls")
+    a.set_title(f"chunk inference (trunk p50 {lat['trunk_p50_ms']:.1f} ms)", fontsize=9)
+    a.legend(fontsize=8)
+    rows = res["throughput"]
+    b.bar([r["mode"] for r in rows], [r["samples_per_s"] for r in rows], color="#55a868")
+    for i, r in enumerate(rows):
+        b.text(i, r["samples_per_s"], f"{r['samples_per_s']:.0f}", ha="center", va="bottom", fontsize=8)
+    b.set_ylabel("samples / s")
+    b.set_yscale("log")
+    b.set_title(f"SFT throughput, batch {rows[0]['batch']}, {rows[0]['threads']} threads", fontsize=9)
+    fig.suptitle(f"compact VLA on {res['machine']['cpu_count']} CPU cores", fontsize=10)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--quick", action="store_true", help="a few calls / steps (a smoke run, not a measurement)")
+    ap.add_argument("--out", type=pathlib.Path, default=ROOT / "bench" / "results")
+    ap.add_argument("--calls", type=int, default=300)
+    ap.add_argument("--batch", type=int, default=256)
+    ap.add_argument("--steps", type=int, default=20)
+    args = ap.parse_args(argv)
+    calls, steps, batch = (20, 2, 32) if args.quick else (args.calls, args.steps, args.batch)
+    threads = torch.get_num_threads()
+    lat = latency(calls)
+    print(f"latency: p50 {lat['p50_ms']:.1f} ms  p99 {lat['p99_ms']:.1f} ms  (trunk {lat['trunk_p50_ms']:.1f} ms)")
+    rows = []
+    for mode in ("frozen", "lora", "full"):
+        r = throughput(mode, batch, steps if mode == "frozen" else max(2, steps // 4), threads)
+        rows.append(r)
+        print(f"SFT {mode:>6}: {r['samples_per_s']:.0f} samples/s ({r['parameters']['trainable']:,} trainable)")
+    res = {"bench": "vla", "quick": args.quick, "date": _dt.datetime.now().isoformat(timespec="seconds"),
+           "machine": {"cpu_count": os.cpu_count(), "platform": platform.platform(), "torch": torch.__version__},
+           "latency": lat, "throughput": rows,
+           "goals": {"latency_p50_le_30ms": {"goal_ms": GOAL_LATENCY_MS, "measured_ms": lat["p50_ms"],
+                                             "met": lat["p50_ms"] <= GOAL_LATENCY_MS}}}
+    args.out.mkdir(parents=True, exist_ok=True)
+    with open(args.out / "vla.json", "w") as f:
+        json.dump(res, f, indent=2)
+    plot(res, args.out / "vla.png")
+    print(f"wrote {args.out / 'vla.json'} and vla.png")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

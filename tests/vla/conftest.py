@@ -1,0 +1,39 @@
+"""Shared fixtures for the VLA tests: a tiny two-task LeRobot dataset written through EpisodeWriter."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+FPS = 10
+CAMERAS = {"front": (64, 64), "wrist": (64, 64)}
+TASKS = ("pick up the red cube", "lift the green cube high")
+
+
+def _frame(ep: int, i: int, rng: np.random.Generator) -> dict:
+    base = np.array([30 + 40 * ep, 80 + 8 * i, 200 - 50 * (ep % 2)], np.uint8)
+    f = {f"observation.images.{c}": np.clip(base + rng.integers(0, 20, (64, 64, 3)), 0, 255).astype(np.uint8)
+         for c in CAMERAS}
+    state = np.array([0.4 + 0.01 * i, 0.05 * ep, 0.3, 1, 0, 0, 0, 1.0 - 0.05 * i], np.float32)
+    f["observation.state"] = state
+    f["action"] = np.array([0.01, -0.005 * ep, -0.01 + 0.001 * i, 0, 0, 0.02, float(i > 6)], np.float32)
+    f["intervention"] = False
+    f["observation.capture_time"] = i / FPS
+    return f
+
+
+@pytest.fixture(scope="session")
+def tiny_dataset(tmp_path_factory) -> str:
+    """4 episodes x 12 frames, two cameras at 64 px, two instructions. -> dataset root."""
+    pytest.importorskip("lerobot")
+    from vla.data import EpisodeWriter, make_features
+
+    root = tmp_path_factory.mktemp("data") / "tiny"
+    rng = np.random.default_rng(0)
+    w = EpisodeWriter(str(root), "local/tiny", fps=FPS, features=make_features(CAMERAS, 8, 7), robot_type="test")
+    for ep in range(4):
+        for i in range(12):
+            w.add_frame(_frame(ep, i, rng), task=TASKS[ep % 2])
+        w.save_episode()
+    w.close()
+    return str(root)

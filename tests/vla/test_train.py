@@ -1,0 +1,114 @@
+"""`vla train` on a tiny dataset: run directory contents, exact resume after a crash, clear errors."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+
+import numpy as np
+import pytest
+import torch
+
+pytest.importorskip("lerobot")
+
+from vla.data.demos import action_chunks, load_demos  # noqa: E402
+from vla.train import TrainConfig, last_checkpoint, resolve_checkpoint, train  # noqa: E402
+
+
+def cfg_for(dataset: str, out, **kw) -> TrainConfig:
+    base = dict(datasets=(dataset,), out=str(out), steps=12, batch_size=8, warmup_steps=2, save_every=4,
+                log_every=2, image_size=64, horizon=4, aug_views=1, seed=0, threads=1)
+    base.update(kw)
+    return TrainConfig(**base)
+
+
+def test_load_demos_reads_every_frame_and_instruction(tiny_dataset):
+    eps = load_demos([tiny_dataset], 32, progress=False)
+    assert len(eps) == 4 and all(len(e) == 12 for e in eps)
+    assert {e.instruction for e in eps} == {"pick up the red cube", "lift the green cube high"}
+    assert eps[1].images["front"].shape == (12, 32, 32, 3) and eps[1].images["front"].dtype == np.uint8
+    # frame i of episode 1 was written with a green level of 80 + 8 i (+ noise 0..19)
+    g = eps[1].images["front"][:, :, :, 1].reshape(12, -1).mean(1)
+    assert np.all(np.abs(g - (80 + 8 * np.arange(12) + 9.5)) < 4), g
+    np.testing.assert_allclose(eps[2].action[:, 2], -0.01 + 0.001 * np.arange(12), atol=1e-6)
+
+
+def test_action_chunks_pad_by_repeating_the_last_action():
+    a = np.arange(5, dtype=np.float32)[:, None] * np.ones((1, 2), np.float32)
+    chunks, pad = action_chunks(a, 3)
+    assert chunks.shape == (5, 3, 2)
+    np.testing.assert_array_equal(chunks[3, :, 0], [3, 4, 4])
+    np.testing.assert_array_equal(pad[3], [False, False, True])
+
+
+def test_load_demos_names_a_missing_camera(tiny_dataset):
+    with pytest.raises(ValueError, match=r"no camera\(s\) \['side'\]"):
+        load_demos([tiny_dataset], 32, cameras=["side"], progress=False)
+    with pytest.raises(ValueError, match="not a LeRobot v3 dataset"):
+        load_demos([os.path.dirname(tiny_dataset) + "/nothing"], 32, progress=False)
+
+
+def test_train_writes_the_run_directory(tiny_dataset, tmp_path):
+    s = train(cfg_for(tiny_dataset, tmp_path / "run"), progress=False)
+    run = tmp_path / "run"
+    assert s["steps"] == 12 and s["frames"] == 48
+    for f in ("train_config.json", "loss.csv", "loss_curve.png", "model/config.json", "model/model.safetensors"):
+        assert (run / f).is_file(), f
+    assert any(n.startswith("events.out.tfevents") for n in os.listdir(run / "tb"))
+    assert last_checkpoint(str(run)).endswith("0000012")
+    assert sorted(os.listdir(run / "checkpoints")) == ["0000004", "0000008", "0000012", "last"]
+    meta = json.loads((run / "model/config.json").read_text())
+    assert meta["instructions"] == ["lift the green cube high", "pick up the red cube"]
+    assert resolve_checkpoint(str(run)) == str(run / "model")
+    with pytest.raises(FileExistsError, match="--resume"):
+        train(cfg_for(tiny_dataset, run), progress=False)
+
+
+def test_resume_after_a_crash_is_exact(tiny_dataset, tmp_path, monkeypatch):
+    ref = train(cfg_for(tiny_dataset, tmp_path / "ref"), progress=False)
+    assert ref["steps"] == 12
+
+    calls = {"n": 0}
+    real_clip = torch.nn.utils.clip_grad_norm_
+
+    def crashing_clip(*a, **k):
+        calls["n"] += 1
+        if calls["n"] == 7:  # dies during step 7: checkpoint 4 is the last complete one
+            raise RuntimeError("simulated crash")
+        return real_clip(*a, **k)
+
+    cfg = cfg_for(tiny_dataset, tmp_path / "crash")
+    monkeypatch.setattr(torch.nn.utils, "clip_grad_norm_", crashing_clip)
+    with pytest.raises(RuntimeError, match="simulated crash"):
+        train(cfg, progress=False)
+    monkeypatch.setattr(torch.nn.utils, "clip_grad_norm_", real_clip)
+    assert last_checkpoint(str(tmp_path / "crash")).endswith("0000004")
+    out = train(cfg, resume=True, progress=False)
+    assert out["steps"] == 12
+    from safetensors.torch import load_file
+
+    a = load_file(str(tmp_path / "ref/model/model.safetensors"))
+    b = load_file(str(tmp_path / "crash/model/model.safetensors"))
+    assert a.keys() == b.keys()
+    diff = [k for k in a if not torch.equal(a[k], b[k])]
+    assert not diff, diff[:5]
+    steps = [int(r.split(",")[0]) for r in (tmp_path / "crash/loss.csv").read_text().splitlines()[1:]]
+    assert steps == sorted(set(steps)) == list(range(2, 13, 2))
+
+
+def test_bad_config_fields_are_named():
+    with pytest.raises(ValueError, match="mode must be one of"):
+        TrainConfig(datasets=("x",), out="y", mode="partial")
+    with pytest.raises(ValueError, match="batch_size must be positive"):
+        TrainConfig(datasets=("x",), out="y", batch_size=0)
+    with pytest.raises(ValueError, match="--dataset"):
+        TrainConfig(datasets=(), out="y")
+
+
+def test_lora_training_runs_on_images(tiny_dataset, tmp_path):
+    s = train(cfg_for(tiny_dataset, tmp_path / "lora", mode="lora", steps=3, save_every=3), progress=False)
+    meta = json.loads((tmp_path / "lora/model/config.json").read_text())
+    assert meta["mode"] == "lora" and meta["lora"]["rank"] == 8
+    assert s["parameters"]["trainable"] < s["parameters"]["total"]
+    assert dataclasses.asdict(cfg_for(tiny_dataset, "x"))["mode"] == "frozen"

@@ -1,0 +1,86 @@
+"""`vla train`: supervised fine-tuning of the compact VLA on LeRobot v3 datasets (see vla/train.py)."""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import os
+
+
+def add_parser(sub, name: str, help_: str) -> None:
+    from vla.train_config import TrainConfig
+
+    d = {f.name: f.default for f in dataclasses.fields(TrainConfig) if f.default is not dataclasses.MISSING}
+    p = sub.add_parser(name, help=help_, formatter_class=argparse.RawDescriptionHelpFormatter, description=(
+        "Train the compact flow-matching VLA (frozen MiniLM for the instruction, ImageNet "
+        "EfficientNet-Lite0 for the cameras, a flow-matching action expert over action chunks) on one "
+        "or more LeRobot v3 datasets. Several datasets = multi-task: each episode keeps its instruction. "
+        "The run directory gets checkpoints, TensorBoard scalars (tb/), loss.csv and loss_curve.png; "
+        "--resume continues a killed run from its last checkpoint."),
+        epilog="""\
+examples:
+  vla train --dataset data/pick_red --dataset data/pick_blue --out runs/vla_pick
+  vla train --dataset data/pick_red --out runs/vla_lora --mode lora --steps 3000
+  vla train --resume runs/vla_pick                   # continue after a kill
+  vla eval --checkpoint runs/vla_pick --task pick_red_cube --episodes 20
+  tensorboard --logdir runs/vla_pick/tb
+
+modes: frozen = the vision trunk stays ImageNet's (its features are computed once and cached,
+fast on a CPU); lora = peft LoRA adapters on the trunk's 1x1 convolutions; full = every weight
+but the sentence encoder trains. The fusion and the action expert always train.
+""")
+    p.add_argument("--dataset", action="append", default=[], metavar="DIR",
+                   help="a LeRobot v3 dataset directory (repeat for multi-task)")
+    p.add_argument("--out", help="run directory (new), e.g. runs/vla_pick")
+    p.add_argument("--resume", metavar="RUN_DIR", help="continue the run in RUN_DIR from its last checkpoint")
+    p.add_argument("--mode", choices=["frozen", "lora", "full"], default=d["mode"],
+                   help=f"what happens to the pretrained vision trunk (default {d['mode']})")
+    p.add_argument("--steps", type=int, default=d["steps"], help=f"optimiser steps (default {d['steps']})")
+    p.add_argument("--batch-size", type=int, default=d["batch_size"])
+    p.add_argument("--lr", type=float, default=d["lr"])
+    p.add_argument("--horizon", type=int, default=d["horizon"], help="actions per chunk H")
+    p.add_argument("--image-size", type=int, default=d["image_size"], help="camera frames are resized to this (px)")
+    p.add_argument("--camera", action="append", dest="cameras", metavar="NAME",
+                   help="camera to read (repeat; default every camera of the first dataset)")
+    p.add_argument("--num-tokens", type=int, default=0, help="behaviour tokens for ExToken (0 = none)")
+    p.add_argument("--aug-views", type=int, default=d["aug_views"],
+                   help="frozen mode: augmented copies of each frame whose features are cached")
+    p.add_argument("--lora-rank", type=int, default=d["lora_rank"])
+    p.add_argument("--lora-targets", nargs="+", default=None, help="module names for LoRA (default the trunk's 1x1 convs)")
+    p.add_argument("--save-every", type=int, default=d["save_every"], help="checkpoint period in steps")
+    p.add_argument("--max-minutes", type=float, default=None, help="stop (and save) after this many minutes")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--threads", type=int, default=None, help="torch CPU threads")
+    p.set_defaults(run=run)
+
+
+def run(args) -> int:
+    import json
+
+    from vla.train import TrainConfig, train
+
+    if args.resume:
+        cfg_path = os.path.join(args.resume, "train_config.json")
+        if not os.path.isfile(cfg_path):
+            raise FileNotFoundError(f"--resume {args.resume}: no train_config.json there (not a training run)")
+        cfg = TrainConfig.from_json(cfg_path)
+        if args.max_minutes is not None:
+            cfg = dataclasses.replace(cfg, max_minutes=args.max_minutes)
+        summary = train(cfg, resume=True)
+    else:
+        if not args.out:
+            raise ValueError("give --out RUN_DIR for a new run (or --resume RUN_DIR)")
+        if not args.dataset:
+            raise ValueError("give at least one --dataset DIR")
+        cfg = TrainConfig(datasets=tuple(args.dataset), out=args.out, mode=args.mode, steps=args.steps,
+                          batch_size=args.batch_size, lr=args.lr, horizon=args.horizon, image_size=args.image_size,
+                          cameras=tuple(args.cameras) if args.cameras else None, num_tokens=args.num_tokens,
+                          aug_views=args.aug_views, lora_rank=args.lora_rank,
+                          lora_targets=tuple(args.lora_targets) if args.lora_targets else None,
+                          save_every=args.save_every, max_minutes=args.max_minutes, seed=args.seed,
+                          threads=args.threads)
+        summary = train(cfg)
+    print(json.dumps({k: summary[k] for k in ("run_dir", "steps", "wall_s", "episodes", "frames")}, indent=None))
+    print(f"model: {os.path.join(summary['run_dir'], 'model')}  loss curve: "
+          f"{os.path.join(summary['run_dir'], 'loss_curve.png')}")
+    return 0

@@ -1,0 +1,125 @@
+"""Load LeRobot v3 demonstration datasets into memory for supervised fine-tuning.
+
+Tabular columns come from the dataset's parquet files through ``LeRobotDataset``; camera frames
+are decoded one episode at a time with LeRobot's ``decode_video_frames`` (a sequential decode
+of the episode's timestamps, much faster than frame-by-frame random access) and resized at once
+to the model's input size, so a few thousand frames of several cameras fit in memory.
+
+Every dataset must have ``observation.state``, ``action`` and the requested cameras
+(``observation.images.<camera>``), with the same state / action sizes across datasets; anything
+else is a ``ValueError`` that names the dataset and the field.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+
+import numpy as np
+import torch
+
+
+@dataclasses.dataclass
+class DemoEpisode:
+    dataset: str
+    episode_index: int
+    instruction: str
+    state: np.ndarray
+    """float32 [T, S]"""
+    action: np.ndarray
+    """float32 [T, A]"""
+    images: dict[str, np.ndarray]
+    """camera -> uint8 [T, size, size, 3]"""
+
+    def __len__(self) -> int:
+        return len(self.state)
+
+
+def dataset_cameras(root: str) -> list[str]:
+    """Camera names of a LeRobot dataset (``observation.images.<name>`` features)."""
+    import json
+
+    info_path = os.path.join(root, "meta", "info.json")
+    if not os.path.isfile(info_path):
+        raise ValueError(f"dataset {root}: no meta/info.json (not a LeRobot v3 dataset)")
+    with open(info_path) as f:
+        feats = json.load(f)["features"]
+    return sorted(k.split(".", 2)[2] for k, v in feats.items()
+                  if k.startswith("observation.images.") and v.get("dtype") in ("video", "image"))
+
+
+def load_demos(roots: list[str], image_size: int, cameras: list[str] | None = None,
+               progress: bool = True) -> list[DemoEpisode]:
+    """All episodes of ``roots`` (LeRobot v3 dataset directories) with images resized to
+    ``image_size``. ``cameras`` defaults to the cameras of the first dataset."""
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    from lerobot.datasets.lerobot_dataset import LeRobotDataset
+    from lerobot.datasets.video_utils import decode_video_frames
+    from tqdm import tqdm
+
+    from vla.models.encoders import resize_uint8
+
+    if not roots:
+        raise ValueError("no dataset given (--dataset)")
+    episodes: list[DemoEpisode] = []
+    dims: tuple[int, int] | None = None
+    for root in roots:
+        root = os.path.abspath(root)
+        cams_here = dataset_cameras(root)
+        cams = list(cameras) if cameras is not None else cams_here
+        if cameras is None:
+            cameras = cams
+        missing = [c for c in cams if c not in cams_here]
+        if missing:
+            raise ValueError(f"dataset {root}: no camera(s) {missing} (observation.images.<camera>); it has {cams_here}")
+        try:
+            ds = LeRobotDataset(f"local/{os.path.basename(root)}", root=root)
+        except Exception as e:  # noqa: BLE001 - lerobot raises many types for a broken dataset
+            raise ValueError(f"dataset {root} could not be opened by lerobot: {type(e).__name__}: {e}") from e
+        for field in ("observation.state", "action"):
+            if field not in ds.meta.features:
+                raise ValueError(f"dataset {root}: has no '{field}' feature")
+        table = ds.hf_dataset.with_format("numpy")
+        state_all = np.asarray(table["observation.state"], np.float32)
+        action_all = np.asarray(table["action"], np.float32)
+        ts_all = np.asarray(table["timestamp"], np.float64)
+        ep_all = np.asarray(table["episode_index"])
+        task_all = np.asarray(table["task_index"])
+        here = (state_all.shape[1], action_all.shape[1])
+        if dims is None:
+            dims = here
+        elif here != dims:
+            raise ValueError(f"dataset {root}: observation.state / action have sizes {here}, "
+                             f"the other datasets {dims}")
+        tasks = {int(i): t for t, i in zip(ds.meta.tasks.index, ds.meta.tasks["task_index"])}
+        tol = max(float(ds.tolerance_s), 0.5 / ds.meta.fps)
+        bar = tqdm(range(ds.meta.total_episodes), desc=f"load {os.path.basename(root)}", unit="ep",
+                   disable=not progress)
+        for ep in bar:
+            rows = np.flatnonzero(ep_all == ep)
+            if len(rows) == 0:
+                continue
+            meta = ds.meta.episodes[ep]
+            images = {}
+            for cam in cams:
+                key = f"observation.images.{cam}"
+                path = os.path.join(root, str(ds.meta.get_video_file_path(ep, key)))
+                ts = (float(meta[f"videos/{key}/from_timestamp"]) + ts_all[rows]).tolist()
+                frames = decode_video_frames(path, ts, tol, return_uint8=True)  # [T, 3, H, W]
+                if frames.dtype != torch.uint8:
+                    frames = (frames * 255).round().clamp(0, 255).to(torch.uint8)
+                frames = resize_uint8(frames.permute(0, 2, 3, 1).contiguous(), image_size)
+                images[cam] = frames.numpy()
+            episodes.append(DemoEpisode(dataset=root, episode_index=int(ep),
+                                        instruction=tasks[int(task_all[rows[0]])],
+                                        state=state_all[rows], action=action_all[rows], images=images))
+    return episodes
+
+
+def action_chunks(action: np.ndarray, horizon: int) -> tuple[np.ndarray, np.ndarray]:
+    """For every frame t: actions[t : t + H], padded past the episode's end by repeating the last
+    action. -> (chunks [T, H, A], is_pad [T, H])."""
+    t = len(action)
+    idx = np.arange(t)[:, None] + np.arange(horizon)[None]
+    is_pad = idx >= t
+    return action[np.minimum(idx, t - 1)], is_pad

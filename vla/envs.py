@@ -1,0 +1,75 @@
+"""Environments that training, evaluation and RL roll policies out in.
+
+* ``task_env(client, task)``: a ``robot_io.RobotEnv`` on a bridge client, for one of the sim
+  tasks (``hardware.sim_tasks``): reset lays out the task's scene from the seed, the reward is
+  the task's success predicate (``rewards.sim_success``), the episode is truncated after the
+  task's ``max_steps`` control ticks.
+* ``load_env_factory("package.module:make_env")``: any user gymnasium env with the observation
+  layout of DESIGN.md (images / state / instruction), for ``--env``.
+* ``VLAPolicy``: wraps a VLA as ``obs -> action chunk`` (numpy) for a RobotEnv.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any, Callable
+
+import numpy as np
+
+
+def task_env(client, task: str, control_hz: float = 10.0, instruction: str | None = None):
+    from hardware.sim_tasks import get_task
+    from rewards.sim_success import success_reward
+    from robot_io.env import RobotEnv
+
+    t = get_task(task)
+
+    def reset_fn(env, seed):
+        client.reset(seed=seed, task=t.name)
+
+    env = RobotEnv(client, instruction=instruction or t.instruction, control_hz=control_hz,
+                   reward_fn=success_reward(t.name), reset_fn=reset_fn)
+    env.task = t
+    env.max_ticks = t.max_steps
+    return env
+
+
+def load_env_factory(spec: str) -> Callable[..., Any]:
+    """``"package.module:function"`` -> the function (called to build a gymnasium env)."""
+    if ":" not in spec:
+        raise ValueError(f"--env must look like package.module:make_env, got {spec!r}")
+    mod, fn = spec.split(":", 1)
+    try:
+        module = importlib.import_module(mod)
+    except ImportError as e:
+        raise ValueError(f"--env {spec}: cannot import {mod!r}: {e}") from e
+    if not hasattr(module, fn):
+        raise ValueError(f"--env {spec}: module {mod!r} has no {fn!r}")
+    return getattr(module, fn)
+
+
+class VLAPolicy:
+    """``obs (one env observation) -> float32 [n, A]``: the first ``exec_steps`` rows of the VLA's
+    chunk. ``noise`` / ``token`` / ``instruction`` overrides are the RL handles."""
+
+    def __init__(self, model, exec_steps: int | None = None) -> None:
+        self.model = model
+        h = model.action_shape[0]
+        self.exec_steps = exec_steps or h
+        if not 1 <= self.exec_steps <= h:
+            raise ValueError(f"exec_steps must be in [1, {h}] (the chunk length), got {exec_steps}")
+
+    @staticmethod
+    def batch(obs: dict, instruction: str | None = None) -> dict:
+        return {"images": {c: np.asarray(img)[None] for c, img in obs["images"].items()},
+                "state": np.asarray(obs["state"], np.float32)[None],
+                "instruction": [instruction if instruction is not None else obs["instruction"]]}
+
+    def __call__(self, obs: dict, noise=None, token=None, instruction: str | None = None) -> np.ndarray:
+        import torch
+
+        if noise is not None:
+            noise = torch.as_tensor(np.asarray(noise, np.float32)).reshape(1, *self.model.noise_shape)
+        with torch.no_grad():
+            chunk = self.model.sample_actions(self.batch(obs, instruction), noise=noise, token=token)
+        return chunk[0, : self.exec_steps].cpu().numpy().astype(np.float32)

@@ -1,0 +1,169 @@
+"""Roll a VLA out in the sim tasks and report success per task (``vla eval``).
+
+For each task, ``episodes`` seeded episodes (seeds ``seed_start ...``; the recorder starts at 0,
+so the default 100000 keeps evaluation scenes apart from demonstration scenes). Each episode
+runs chunk after chunk (the first ``exec_steps`` rows of every chunk) until the task's success
+predicate holds or its ``max_steps`` control ticks are used. Reported per task: successes / n,
+the rate and its 95% Wilson interval, mean ticks of the successes. The first ``videos`` episodes
+of each task are saved as MP4 (all cameras side by side, one frame per executed chunk row
+group), and a bar chart with the intervals goes to ``success.png``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import os
+import time
+from typing import Any, Callable
+
+import numpy as np
+
+
+def wilson_interval(successes: int, n: int, z: float = 1.96) -> tuple[float, float]:
+    """95% Wilson score interval of a binomial proportion (sensible at 0 / n and n / n)."""
+    if n <= 0:
+        return (0.0, 1.0)
+    p = successes / n
+    denom = 1 + z * z / n
+    centre = (p + z * z / (2 * n)) / denom
+    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / denom
+    return (max(0.0, centre - half), min(1.0, centre + half))
+
+
+@dataclasses.dataclass
+class EpisodeResult:
+    task: str
+    seed: int
+    success: bool
+    ticks: int
+    wall_s: float
+
+
+def run_episode(env, policy: Callable[[dict], np.ndarray], seed: int, max_ticks: int,
+                frames: list[np.ndarray] | None = None) -> EpisodeResult:
+    t0 = time.perf_counter()
+    obs, _ = env.reset(seed=seed)
+    if frames is not None:
+        frames.append(_frame(obs, 0, False))
+    ticks, success = 0, False
+    while ticks < max_ticks:
+        chunk = policy(obs)[: max_ticks - ticks]
+        obs, reward, terminated, truncated, info = env.step(chunk)
+        ticks += len(chunk)
+        success = bool(info.get("success", reward > 0))
+        if frames is not None:
+            frames.append(_frame(obs, ticks, success))
+        if terminated or truncated:
+            break
+    task = getattr(getattr(env, "task", None), "name", "env")
+    return EpisodeResult(task=task, seed=seed, success=success, ticks=ticks, wall_s=time.perf_counter() - t0)
+
+
+def _frame(obs: dict, tick: int, success: bool) -> np.ndarray:
+    import cv2
+
+    imgs = [np.asarray(img) for _, img in sorted(obs["images"].items())]
+    h = max(i.shape[0] for i in imgs)
+    imgs = [cv2.resize(i, (int(i.shape[1] * h / i.shape[0]), h)) if i.shape[0] != h else i for i in imgs]
+    f = np.ascontiguousarray(np.concatenate(imgs, axis=1))
+    cv2.putText(f, f"t={tick}" + ("  SUCCESS" if success else ""), (6, 16), cv2.FONT_HERSHEY_SIMPLEX, 0.45,
+                (0, 255, 0) if success else (255, 255, 255), 1, cv2.LINE_AA)
+    return f
+
+
+def write_video(frames: list[np.ndarray], path: str, fps: float) -> None:
+    import cv2
+
+    h, w = frames[0].shape[:2]
+    tmp = path + ".tmp.mp4"
+    vw = cv2.VideoWriter(tmp, cv2.VideoWriter_fourcc(*"mp4v"), max(1.0, fps), (w, h))
+    if not vw.isOpened():
+        raise RuntimeError(f"OpenCV could not open a video writer for {path}")
+    for f in frames:
+        vw.write(cv2.cvtColor(f, cv2.COLOR_RGB2BGR))
+    vw.release()
+    os.replace(tmp, path)
+
+
+def summarize(results: list[EpisodeResult]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for task in dict.fromkeys(r.task for r in results):
+        rs = [r for r in results if r.task == task]
+        k, n = sum(r.success for r in rs), len(rs)
+        lo, hi = wilson_interval(k, n)
+        succ_ticks = [r.ticks for r in rs if r.success]
+        out[task] = {"episodes": n, "successes": k, "success_rate": k / n, "ci95": [lo, hi],
+                     "mean_ticks_success": float(np.mean(succ_ticks)) if succ_ticks else None}
+    return out
+
+
+def plot_success(summary: dict[str, Any], path: str, title: str) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    tasks = list(summary)
+    rates = [summary[t]["success_rate"] * 100 for t in tasks]
+    lo = [rates[i] - summary[t]["ci95"][0] * 100 for i, t in enumerate(tasks)]
+    hi = [summary[t]["ci95"][1] * 100 - rates[i] for i, t in enumerate(tasks)]
+    fig, ax = plt.subplots(figsize=(1.6 + 1.4 * len(tasks), 3.6))
+    ax.bar(range(len(tasks)), rates, yerr=[lo, hi], capsize=4, color="#4c72b0")
+    for i, t in enumerate(tasks):
+        ax.text(i, rates[i] + 2, f"{summary[t]['successes']}/{summary[t]['episodes']}", ha="center", fontsize=8)
+    ax.set_xticks(range(len(tasks)), tasks, rotation=20, ha="right", fontsize=8)
+    ax.set_ylim(0, 105)
+    ax.set_ylabel("success rate (%)  [95% Wilson CI]")
+    ax.set_title(title, fontsize=9)
+    ax.grid(axis="y", alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(path + ".tmp.png", dpi=120)
+    plt.close(fig)
+    os.replace(path + ".tmp.png", path)
+
+
+def evaluate(model, client, tasks: list[str], episodes: int, out_dir: str, seed_start: int = 100_000,
+             exec_steps: int | None = None, videos: int = 2, control_hz: float = 10.0,
+             instruction: str | None = None, progress: bool = True) -> dict[str, Any]:
+    """Roll ``model`` out on a bridge ``client`` (a sim arm): see the module docstring."""
+    from tqdm import tqdm
+
+    from vla.envs import VLAPolicy, task_env
+
+    os.makedirs(os.path.join(out_dir, "videos"), exist_ok=True)
+    policy = VLAPolicy(model, exec_steps)
+    results: list[EpisodeResult] = []
+    bar = tqdm(total=episodes * len(tasks), desc="eval", unit="ep", disable=not progress)
+    jsonl = open(os.path.join(out_dir, "episodes.jsonl"), "w")
+    try:
+        for task in tasks:
+            env = task_env(client, task, control_hz=control_hz, instruction=instruction)
+            for i in range(episodes):
+                frames: list[np.ndarray] | None = [] if i < videos else None
+                r = run_episode(env, policy, seed_start + i, env.max_ticks, frames)
+                results.append(r)
+                jsonl.write(json.dumps(dataclasses.asdict(r)) + "\n")
+                jsonl.flush()
+                if frames:
+                    write_video(frames, os.path.join(out_dir, "videos", f"{task}_seed{r.seed}.mp4"),
+                                fps=control_hz / policy.exec_steps)
+                bar.update(1)
+                done = [x for x in results if x.task == task]
+                bar.set_postfix_str(f"{task}: {sum(x.success for x in done)}/{len(done)}")
+    finally:
+        bar.close()
+        jsonl.close()
+    summary = summarize(results)
+    return {"tasks": summary, "exec_steps": policy.exec_steps, "seed_start": seed_start,
+            "episodes_per_task": episodes}
+
+
+def format_table(summary: dict[str, Any]) -> str:
+    lines = [f"{'task':<24} {'success':>9} {'rate':>6}  {'95% CI':>13}"]
+    for t, s in summary.items():
+        lo, hi = s["ci95"]
+        lines.append(f"{t:<24} {s['successes']:>4}/{s['episodes']:<4} {100 * s['success_rate']:>5.0f}%  "
+                     f"[{100 * lo:>3.0f}%, {100 * hi:>3.0f}%]")
+    return "\n".join(lines)

@@ -1,0 +1,280 @@
+"""The compact flow-matching VLA: the embedded default backbone, small enough to train on a CPU.
+
+    instruction --MiniLM (frozen)-----------------------> Linear ----------\
+    camera_i ----EfficientNet-Lite0 trunk (pretrained)--> neck_i ------------> fusion MLP -> cond
+    state -------normalise--------------------------------> Linear ---------/
+    cond (+ behaviour token) --> flow-matching action expert --Euler from noise--> chunk [H, A]
+
+* The trunk is ImageNet EfficientNet-Lite0 cut at stride 16 (``vision_blocks``); it is the
+  "backbone" that the training mode (frozen / LoRA / full) applies to. Each camera has its own
+  small trainable neck: two 1x1 convs, then spatial-softmax keypoints (where) and a projection of
+  the flattened map (what).
+* Actions are normalised to [-1, 1] per dimension with the training data's min / max before the
+  flow head sees them; states are standardised. The statistics live in buffers and therefore in
+  every checkpoint.
+* ``noise`` is in the normalised action space, shape ``(H, A)``; DSRL picks it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from vla.models.base import VLA, StochasticSample, as_tensor_batch
+from vla.models.encoders import EfficientNetTrunk, TextEncoder, TEXT_DIM, resize_uint8
+from vla.models.flow import FlowHeadConfig, FlowMatchingHead
+
+KIND = "compact-flow-vla"
+
+
+@dataclasses.dataclass(frozen=True)
+class CompactVLAConfig:
+    cameras: tuple[str, ...] = ("front", "wrist")
+    """Camera names, in the order the neck reads them (must match the observation's images)."""
+    image_size: int = 96
+    """Images are resized to image_size x image_size before the trunk."""
+    vision_blocks: int = 11
+    """EfficientNet-Lite0 MBConv blocks kept (11: stride 16, 112 channels)."""
+    keypoints: int = 32
+    """Spatial-softmax keypoints per camera."""
+    state_dim: int = 8
+    action_dim: int = 7
+    horizon: int = 8
+    """Actions per chunk (H)."""
+    cond_dim: int = 256
+    hidden: int = 512
+    depth: int = 3
+    num_tokens: int = 0
+    """Behaviour tokens (ExToken); 0 = none. Token 0 is always the null token."""
+    num_steps: int = 10
+    """Euler steps of the sampler."""
+    pretrained: bool = True
+    """Load ImageNet weights into the trunk (False only for tests)."""
+
+    def __post_init__(self) -> None:
+        if not self.cameras:
+            raise ValueError("CompactVLAConfig.cameras must name at least one camera")
+        for f in ("image_size", "keypoints", "state_dim", "action_dim", "horizon", "cond_dim", "hidden", "depth",
+                  "num_steps"):
+            if getattr(self, f) <= 0:
+                raise ValueError(f"CompactVLAConfig.{f} must be positive, got {getattr(self, f)}")
+        if self.image_size % 16:
+            raise ValueError(f"CompactVLAConfig.image_size must be a multiple of 16, got {self.image_size}")
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> "CompactVLAConfig":
+        names = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(d) - names)
+        if unknown:
+            raise ValueError(f"unknown CompactVLAConfig field(s) {unknown}; known: {sorted(names)}")
+        d = dict(d)
+        if "cameras" in d:
+            d["cameras"] = tuple(d["cameras"])
+        return cls(**d)
+
+
+class SpatialSoftmax(nn.Module):
+    """Expected (x, y) in [-1, 1] of each channel's softmax over the map -> [B, 2C]."""
+
+    def __init__(self, h: int, w: int) -> None:
+        super().__init__()
+        ys, xs = torch.meshgrid(torch.linspace(-1, 1, h), torch.linspace(-1, 1, w), indexing="ij")
+        self.register_buffer("pos", torch.stack([xs.flatten(), ys.flatten()], 1), persistent=False)  # [HW, 2]
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        att = torch.softmax(x.flatten(2), dim=-1)  # [B, C, HW]
+        return (att @ self.pos).flatten(1)
+
+
+class CameraNeck(nn.Module):
+    def __init__(self, c_in: int, hw: int, keypoints: int, out: int = 128) -> None:
+        super().__init__()
+        self.conv = nn.Sequential(nn.Conv2d(c_in, 64, 1), nn.SiLU(), nn.Conv2d(64, keypoints, 1))
+        self.softmax = SpatialSoftmax(hw, hw)
+        self.proj = nn.Linear(keypoints * hw * hw, out)
+        self.out_dim = 2 * keypoints + out
+
+    def forward(self, fmap: torch.Tensor) -> torch.Tensor:
+        f = self.conv(fmap)
+        return torch.cat([self.softmax(f), F.silu(self.proj(f.flatten(1)))], dim=-1)
+
+
+class CompactVLA(VLA):
+    lora_targets = ("_expand_conv", "_project_conv")
+    """peft LoRA on the trunk's 1x1 convolutions (expand / project of each MBConv block)."""
+
+    def __init__(self, cfg: CompactVLAConfig = CompactVLAConfig()) -> None:
+        super().__init__()
+        self.cfg = cfg
+        self.text = TextEncoder()  # not a submodule: never trained, never checkpointed
+        self.trunk = EfficientNetTrunk(cfg.vision_blocks, pretrained=cfg.pretrained)
+        hw = cfg.image_size // 16
+        self.necks = nn.ModuleDict({c: CameraNeck(self.trunk.out_channels, hw, cfg.keypoints) for c in cfg.cameras})
+        vis = sum(n.out_dim for n in self.necks.values())
+        self.text_proj = nn.Linear(TEXT_DIM, 128)
+        self.state_proj = nn.Linear(cfg.state_dim, 64)
+        self.fuse = nn.Sequential(nn.Linear(vis + 128 + 64, cfg.cond_dim), nn.LayerNorm(cfg.cond_dim), nn.SiLU(),
+                                  nn.Linear(cfg.cond_dim, cfg.cond_dim))
+        self.head = FlowMatchingHead(FlowHeadConfig(horizon=cfg.horizon, action_dim=cfg.action_dim,
+                                                    cond_dim=cfg.cond_dim, hidden=cfg.hidden, depth=cfg.depth,
+                                                    num_tokens=cfg.num_tokens, num_steps=cfg.num_steps))
+        # Normalisation statistics (set from the training data by set_normalization).
+        self.register_buffer("state_mean", torch.zeros(cfg.state_dim))
+        self.register_buffer("state_std", torch.ones(cfg.state_dim))
+        self.register_buffer("action_min", -torch.ones(cfg.action_dim))
+        self.register_buffer("action_max", torch.ones(cfg.action_dim))
+        self.mode = "full"
+
+    def train(self, mode: bool = True) -> "CompactVLA":
+        super().train(mode)
+        # The pretrained trunk's BatchNorm statistics stay as ImageNet left them (fine-tuning
+        # batches are small and correlated): its BN layers are always in eval mode.
+        for m in self.trunk.modules():
+            if isinstance(m, nn.BatchNorm2d):
+                m.eval()
+        return self
+
+    # -- interface facts -------------------------------------------------------------------
+    @property
+    def noise_shape(self) -> tuple[int, int]:
+        return (self.cfg.horizon, self.cfg.action_dim)
+
+    @property
+    def action_shape(self) -> tuple[int, int]:
+        return (self.cfg.horizon, self.cfg.action_dim)
+
+    @property
+    def num_tokens(self) -> int:
+        return self.cfg.num_tokens
+
+    def backbone_modules(self) -> dict[str, nn.Module]:
+        return {"trunk": self.trunk}
+
+    # -- normalisation ---------------------------------------------------------------------
+    def set_normalization(self, state_mean, state_std, action_min, action_max) -> None:
+        for name, v in (("state_mean", state_mean), ("state_std", state_std), ("action_min", action_min),
+                        ("action_max", action_max)):
+            v = torch.as_tensor(v, dtype=torch.float32)
+            buf = getattr(self, name)
+            if v.shape != buf.shape or not torch.isfinite(v).all():
+                raise ValueError(f"normalisation '{name}' must be {list(buf.shape)} finite values, got {list(v.shape)}")
+            buf.copy_(v)
+        self.state_std.clamp_(min=1e-3)
+        span = (self.action_max - self.action_min).clamp(min=1e-4)
+        self.action_max.copy_(self.action_min + span)
+
+    def normalize_actions(self, a: torch.Tensor) -> torch.Tensor:
+        return 2 * (a - self.action_min) / (self.action_max - self.action_min) - 1
+
+    def unnormalize_actions(self, a: torch.Tensor) -> torch.Tensor:
+        return (a.clamp(-1, 1) + 1) / 2 * (self.action_max - self.action_min) + self.action_min
+
+    # -- features --------------------------------------------------------------------------
+    def preprocess_images(self, images: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        missing = [c for c in self.cfg.cameras if c not in images]
+        if missing:
+            raise ValueError(f"observation is missing camera(s) {missing}; this VLA reads {list(self.cfg.cameras)} "
+                             f"and got {sorted(images)}")
+        return {c: resize_uint8(images[c], self.cfg.image_size) for c in self.cfg.cameras}
+
+    def trunk_features(self, images: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        """uint8 images (already at image_size) -> trunk maps per camera, all cameras in one batch."""
+        cams = list(self.cfg.cameras)
+        x = torch.cat([images[c] for c in cams])
+        f = self.trunk(x)
+        return dict(zip(cams, f.chunk(len(cams))))
+
+    def cond_from_features(self, fmaps: dict[str, torch.Tensor], state: torch.Tensor,
+                           text: torch.Tensor) -> torch.Tensor:
+        if state.shape[-1] != self.cfg.state_dim:
+            raise ValueError(f"observation 'state' must have {self.cfg.state_dim} dims, got {state.shape[-1]}")
+        vis = [self.necks[c](fmaps[c].float()) for c in self.cfg.cameras]
+        s = (state - self.state_mean) / self.state_std
+        return self.fuse(torch.cat(vis + [self.text_proj(text), self.state_proj(s)], dim=-1))
+
+    def _cond(self, obs: dict) -> torch.Tensor:
+        dev = self.state_mean.device
+        obs = as_tensor_batch(obs, dev)
+        fmaps = self.trunk_features(self.preprocess_images(obs["images"]))
+        return self.cond_from_features(fmaps, obs["state"], self.text(obs["instruction"]).to(dev))
+
+    def embed(self, obs: dict) -> torch.Tensor:
+        return self._cond(obs)
+
+    # -- sampling --------------------------------------------------------------------------
+    @torch.no_grad()
+    def sample_actions(self, obs: dict, noise=None, token=None, num_steps: int | None = None) -> torch.Tensor:
+        cond = self._cond(obs)
+        x = self.head.sample(cond, noise=noise, token=token, num_steps=num_steps)
+        return self.unnormalize_actions(x)
+
+    @torch.no_grad()
+    def sample_actions_stochastic(self, obs: dict, noise=None, token=None, num_steps: int | None = None,
+                                  sigma: float = 0.1, generator: torch.Generator | None = None) -> StochasticSample:
+        cond = self._cond(obs)
+        x, chain, logp = self.head.sample_stochastic(cond, noise=noise, token=token, num_steps=num_steps,
+                                                     sigma=sigma, generator=generator)
+        return StochasticSample(actions=self.unnormalize_actions(x), chain=chain, logprob=logp)
+
+    def chain_logprob(self, obs: dict, chain: torch.Tensor, token=None, sigma: float = 0.1) -> torch.Tensor:
+        return self.head.chain_logprob(self._cond(obs), chain, token=token, sigma=sigma)
+
+    # -- training --------------------------------------------------------------------------
+    def loss(self, batch: dict) -> tuple[torch.Tensor, dict[str, float]]:
+        """``batch``: either an observation batch (images / state / instruction) or precomputed
+        ``fmaps`` {camera: trunk map} + ``state`` + ``text`` [B, 384]; plus ``action`` [B, H, A] in
+        robot units and optionally ``token`` [B]."""
+        if "fmaps" in batch:
+            cond = self.cond_from_features(batch["fmaps"], batch["state"], batch["text"])
+        else:
+            cond = self._cond(batch)
+        a = self.normalize_actions(torch.as_tensor(batch["action"], dtype=torch.float32, device=cond.device))
+        loss = self.head.loss(cond, a, token=batch.get("token"))
+        return loss, {"flow_loss": float(loss.detach())}
+
+    # -- checkpoints -----------------------------------------------------------------------
+    def save(self, path: str, extra: dict[str, Any] | None = None) -> None:
+        """Write ``config.json`` + ``model.safetensors`` into directory ``path`` (atomically per file)."""
+        from safetensors.torch import save_file
+
+        os.makedirs(path, exist_ok=True)
+        meta = {"kind": KIND, "config": dataclasses.asdict(self.cfg), "mode": self.mode,
+                "lora": getattr(self, "lora_config", None), **(extra or {})}
+        tmp = os.path.join(path, "model.safetensors.tmp")
+        save_file({k: v.detach().contiguous() for k, v in self.state_dict().items()}, tmp)
+        os.replace(tmp, os.path.join(path, "model.safetensors"))
+        tmp = os.path.join(path, "config.json.tmp")
+        with open(tmp, "w") as f:
+            json.dump(meta, f, indent=2)
+        os.replace(tmp, os.path.join(path, "config.json"))
+
+    @classmethod
+    def load(cls, path: str, map_location: str = "cpu") -> "CompactVLA":
+        from safetensors.torch import load_file
+
+        cfg_path = os.path.join(path, "config.json")
+        if not os.path.isfile(cfg_path):
+            raise FileNotFoundError(f"no config.json in {path}: not a compact VLA checkpoint directory")
+        with open(cfg_path) as f:
+            meta = json.load(f)
+        if meta.get("kind") != KIND:
+            raise ValueError(f"{cfg_path} is a {meta.get('kind') or meta.get('type')!r} checkpoint, not {KIND!r}")
+        cfg = dict(meta["config"])
+        cfg["pretrained"] = False  # the weights come from the checkpoint
+        model = cls(CompactVLAConfig.from_dict(cfg))
+        if meta.get("mode") == "lora" and meta.get("lora"):
+            lc = meta["lora"]
+            model.set_mode("lora", lora_rank=lc["rank"], lora_alpha=lc["alpha"], lora_targets=lc["targets"])
+        state = load_file(os.path.join(path, "model.safetensors"), device=map_location)
+        missing, unexpected = model.load_state_dict(state, strict=False)
+        if missing or unexpected:
+            raise ValueError(f"checkpoint {path} does not match its config: missing {missing[:5]}, "
+                             f"unexpected {unexpected[:5]}")
+        model.mode = meta.get("mode", "full")
+        return model.eval()

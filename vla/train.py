@@ -1,0 +1,383 @@
+"""Supervised fine-tuning of a VLA on LeRobot demonstration datasets (``vla train``).
+
+The loop (CleanRL-style: one file, top to bottom):
+
+1. load every episode of every ``--dataset`` (multi-task: each episode keeps its instruction),
+   compute normalisation statistics (state mean / std, action min / max) and build the
+   action-chunk targets ``a[t : t + H]`` (padded by repeating the last action);
+2. in ``frozen`` mode the pretrained trunk never changes, so its feature maps are computed
+   once, for the original frames and ``aug_views`` augmented copies (random shift + colour
+   jitter), and cached in the run directory; in ``lora`` / ``full`` mode the trunk runs on
+   freshly augmented frames every step;
+3. AdamW + warm-up / cosine schedule, gradient clipping, an exponential moving average of the
+   weights (what is saved and evaluated);
+4. every ``save_every`` steps: a checkpoint (EMA model + full training state: weights,
+   optimiser, scheduler, EMA, step, RNG states), ``loss.csv``, TensorBoard scalars and
+   ``loss_curve.png``. ``--resume RUN_DIR`` continues from the last checkpoint exactly.
+
+Run directory::
+
+    RUN_DIR/train_config.json   the TrainConfig
+    RUN_DIR/checkpoints/0002000/{config.json, model.safetensors, train_state.pt}
+    RUN_DIR/checkpoints/last    name of the newest complete checkpoint (written last)
+    RUN_DIR/model -> the final EMA model (same files as a checkpoint)
+    RUN_DIR/loss.csv, loss_curve.png, tb/
+"""
+
+from __future__ import annotations
+
+import csv
+import dataclasses
+import json
+import math
+import os
+import random
+import shutil
+import time
+from typing import Any
+
+import numpy as np
+import torch
+
+from vla.train_config import MODES, TrainConfig  # noqa: F401 (re-exported)
+
+
+# -- data ----------------------------------------------------------------------------------
+@dataclasses.dataclass
+class TrainData:
+    state: torch.Tensor          # [N, S]
+    chunks: torch.Tensor         # [N, H, A]
+    text_idx: torch.Tensor       # [N] -> row of text_emb
+    text_emb: torch.Tensor       # [T, 384]
+    instructions: list[str]
+    images: dict[str, torch.Tensor]  # cam -> uint8 [N, s, s, 3]
+    fmaps: dict[str, torch.Tensor] | None = None  # cam -> float16 [V, N, C, h, w] (view 0 = original)
+    episodes: int = 0
+
+
+def build_data(cfg: TrainConfig, text_encoder) -> tuple[TrainData, dict[str, np.ndarray], list[str]]:
+    from vla.data.demos import action_chunks, load_demos
+
+    eps = load_demos(list(cfg.datasets), cfg.image_size, list(cfg.cameras) if cfg.cameras else None)
+    if not eps:
+        raise ValueError(f"the datasets {list(cfg.datasets)} hold no episodes")
+    cams = list(cfg.cameras) if cfg.cameras else list(eps[0].images)
+    instructions = sorted({e.instruction for e in eps})
+    state = np.concatenate([e.state for e in eps])
+    action = np.concatenate([e.action for e in eps])
+    chunks = np.concatenate([action_chunks(e.action, cfg.horizon)[0] for e in eps])
+    text_idx = np.concatenate([np.full(len(e), instructions.index(e.instruction)) for e in eps])
+    images = {c: torch.from_numpy(np.concatenate([e.images[c] for e in eps])) for c in cams}
+    stats = {"state_mean": state.mean(0), "state_std": state.std(0), "action_min": action.min(0),
+             "action_max": action.max(0)}
+    data = TrainData(state=torch.from_numpy(state), chunks=torch.from_numpy(chunks).float(),
+                     text_idx=torch.from_numpy(text_idx).long(), text_emb=text_encoder(instructions),
+                     instructions=instructions, images=images, episodes=len(eps))
+    return data, stats, cams
+
+
+def augment(images: torch.Tensor, cfg: TrainConfig, gen: torch.Generator) -> torch.Tensor:
+    from vla.models.encoders import color_jitter, random_shift
+
+    return color_jitter(random_shift(images, cfg.shift_pad, gen), cfg.jitter, gen)
+
+
+@torch.no_grad()
+def cache_features(model, data: TrainData, cfg: TrainConfig, path: str) -> dict[str, torch.Tensor]:
+    """Trunk feature maps of every frame (view 0 = original, then ``aug_views`` augmented), float16.
+    Written to ``path`` atomically and reused on resume."""
+    from tqdm import tqdm
+
+    if os.path.isfile(path):
+        cached = torch.load(path, weights_only=True)
+        if cached.get("n") == len(data.state) and cached.get("views") == 1 + cfg.aug_views:
+            return cached["fmaps"]
+    gen = torch.Generator().manual_seed(cfg.seed + 12345)
+    n = len(data.state)
+    views: list[dict[str, torch.Tensor]] = []
+    model.eval()
+    total = (1 + cfg.aug_views) * n
+    bar = tqdm(total=total, desc="cache trunk features", unit="frame")
+    for v in range(1 + cfg.aug_views):
+        out = {}
+        for cam, imgs in data.images.items():
+            parts = []
+            for i in range(0, n, 128):
+                x = imgs[i:i + 128]
+                if v > 0:
+                    x = augment(x, cfg, gen)
+                parts.append(model.trunk(x).half())
+                bar.update(len(x) / len(data.images))
+            out[cam] = torch.cat(parts)
+        views.append(out)
+    bar.close()
+    fmaps = {cam: torch.stack([v[cam] for v in views]) for cam in data.images}
+    tmp = path + ".tmp"
+    torch.save({"n": n, "views": 1 + cfg.aug_views, "fmaps": fmaps}, tmp)
+    os.replace(tmp, path)
+    return fmaps
+
+
+def _sim_tasks(datasets) -> list[str]:
+    """Sim task names recorded in the datasets' ``meta/vla_episodes.jsonl`` (empty for real data)."""
+    names: dict[str, None] = {}
+    for d in datasets:
+        p = os.path.join(d, "meta", "vla_episodes.jsonl")
+        if os.path.isfile(p):
+            with open(p) as f:
+                for line in f:
+                    try:
+                        t = json.loads(line).get("task")
+                    except json.JSONDecodeError:
+                        continue
+                    if t:
+                        names[t] = None
+    return list(names)
+
+
+# -- checkpoints ---------------------------------------------------------------------------
+def _rng_state() -> dict[str, Any]:
+    return {"python": random.getstate(), "numpy": np.random.get_state(), "torch": torch.get_rng_state()}
+
+
+def _set_rng_state(s: dict[str, Any]) -> None:
+    random.setstate(s["python"])
+    np.random.set_state(s["numpy"])
+    torch.set_rng_state(s["torch"])
+
+
+def save_checkpoint(run_dir: str, step: int, model, ema_model, opt, sched, gen: torch.Generator, keep: int,
+                    extra: dict[str, Any]) -> str:
+    ckpt_root = os.path.join(run_dir, "checkpoints")
+    name = f"{step:07d}"
+    final = os.path.join(ckpt_root, name)
+    tmp = final + ".partial"
+    shutil.rmtree(tmp, ignore_errors=True)
+    ema_model.save(tmp, extra={"step": step, **extra})
+    torch.save({"step": step, "model": model.state_dict(), "ema": ema_model.state_dict(),
+                "optimizer": opt.state_dict(), "scheduler": sched.state_dict(), "rng": _rng_state(),
+                "generator": gen.get_state()}, os.path.join(tmp, "train_state.pt"))
+    shutil.rmtree(final, ignore_errors=True)
+    os.replace(tmp, final)
+    with open(os.path.join(ckpt_root, "last.tmp"), "w") as f:
+        f.write(name)
+    os.replace(os.path.join(ckpt_root, "last.tmp"), os.path.join(ckpt_root, "last"))
+    done = sorted(d for d in os.listdir(ckpt_root) if d.isdigit())
+    for old in done[:-keep]:
+        shutil.rmtree(os.path.join(ckpt_root, old), ignore_errors=True)
+    return final
+
+
+def last_checkpoint(run_dir: str) -> str | None:
+    p = os.path.join(run_dir, "checkpoints", "last")
+    if not os.path.isfile(p):
+        return None
+    with open(p) as f:
+        d = os.path.join(run_dir, "checkpoints", f.read().strip())
+    return d if os.path.isdir(d) else None
+
+
+def resolve_checkpoint(path: str) -> str:
+    """A checkpoint directory (with config.json), or a run directory (-> its final model or its
+    last checkpoint)."""
+    if os.path.isfile(os.path.join(path, "config.json")):
+        return path
+    for cand in (os.path.join(path, "model"), last_checkpoint(path)):
+        if cand and os.path.isfile(os.path.join(cand, "config.json")):
+            return cand
+    raise FileNotFoundError(f"{path} is neither a checkpoint directory (config.json + model.safetensors) nor a "
+                            "run directory with one")
+
+
+def plot_loss(csv_path: str, png_path: str) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    steps, losses = [], []
+    with open(csv_path) as f:
+        for row in csv.DictReader(f):
+            steps.append(int(row["step"]))
+            losses.append(float(row["loss"]))
+    if not steps:
+        return
+    fig, ax = plt.subplots(figsize=(6, 3.5))
+    ax.plot(steps, losses, lw=0.8, alpha=0.5, label="loss (batch)")
+    if len(losses) >= 10:
+        k = max(5, len(losses) // 30)
+        sm = np.convolve(losses, np.ones(k) / k, mode="valid")
+        ax.plot(steps[k - 1:], sm, lw=1.8, label=f"moving average ({k})")
+    ax.set_yscale("log")
+    ax.set_xlabel("step")
+    ax.set_ylabel("flow-matching loss")
+    ax.set_title(os.path.basename(os.path.dirname(os.path.abspath(csv_path))))
+    ax.grid(alpha=0.3)
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(png_path + ".tmp.png", dpi=120)
+    plt.close(fig)
+    os.replace(png_path + ".tmp.png", png_path)
+
+
+# -- the loop ------------------------------------------------------------------------------
+def train(cfg: TrainConfig, resume: bool = False, progress: bool = True) -> dict[str, Any]:
+    from torch.utils.tensorboard import SummaryWriter
+    from tqdm import tqdm
+
+    from vla.models.compact import CompactVLA, CompactVLAConfig
+    from vla.models.modes import count_parameters
+
+    if cfg.threads:
+        torch.set_num_threads(cfg.threads)
+    run_dir = cfg.out
+    os.makedirs(os.path.join(run_dir, "checkpoints"), exist_ok=True)
+    cfg_path = os.path.join(run_dir, "train_config.json")
+    ckpt = last_checkpoint(run_dir) if resume else None
+    if not resume:
+        if last_checkpoint(run_dir) is not None:
+            raise FileExistsError(f"{run_dir} already holds a training run: pass --resume to continue it, "
+                                  "or choose another --out")
+        with open(cfg_path + ".tmp", "w") as f:
+            json.dump(dataclasses.asdict(cfg), f, indent=2)
+        os.replace(cfg_path + ".tmp", cfg_path)
+
+    random.seed(cfg.seed)
+    np.random.seed(cfg.seed)
+    torch.manual_seed(cfg.seed)
+    gen = torch.Generator().manual_seed(cfg.seed)
+
+    from vla.models.encoders import TextEncoder
+
+    text = TextEncoder()
+    data, stats, cams = build_data(cfg, text)
+    mcfg = CompactVLAConfig(cameras=tuple(cams), image_size=cfg.image_size, horizon=cfg.horizon,
+                            state_dim=data.state.shape[1], action_dim=data.chunks.shape[2], num_tokens=cfg.num_tokens)
+    model = CompactVLA(mcfg)
+    model.set_normalization(**stats)
+    model.set_mode(cfg.mode, lora_rank=cfg.lora_rank, lora_alpha=cfg.lora_alpha, lora_targets=cfg.lora_targets)
+    if cfg.mode == "frozen":
+        data.fmaps = cache_features(model, data, cfg, os.path.join(run_dir, "features_cache.pt"))
+    ema_model = CompactVLA(dataclasses.replace(mcfg, pretrained=False))
+    if cfg.mode == "lora":
+        ema_model.set_mode("lora", lora_rank=cfg.lora_rank, lora_alpha=cfg.lora_alpha, lora_targets=cfg.lora_targets)
+    ema_model.load_state_dict(model.state_dict())
+    ema_model.mode = model.mode
+    for p in ema_model.parameters():
+        p.requires_grad_(False)
+
+    params = model.trainable_parameters()
+    opt = torch.optim.AdamW(params, lr=cfg.lr, weight_decay=cfg.weight_decay)
+
+    def lr_lambda(step: int) -> float:
+        if step < cfg.warmup_steps:
+            return (step + 1) / cfg.warmup_steps
+        frac = (step - cfg.warmup_steps) / max(1, cfg.steps - cfg.warmup_steps)
+        return 0.05 + 0.95 * 0.5 * (1 + math.cos(math.pi * min(1.0, frac)))
+
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lr_lambda)
+    start = 0
+    if ckpt is not None:
+        st = torch.load(os.path.join(ckpt, "train_state.pt"), weights_only=False)
+        model.load_state_dict(st["model"])
+        ema_model.load_state_dict(st["ema"])
+        opt.load_state_dict(st["optimizer"])
+        sched.load_state_dict(st["scheduler"])
+        _set_rng_state(st["rng"])
+        gen.set_state(st["generator"])
+        start = int(st["step"])
+        print(f"resumed {run_dir} from step {start} ({ckpt})")
+
+    counts = count_parameters(model)
+    n = len(data.state)
+    info = {"episodes": data.episodes, "frames": n, "instructions": data.instructions, "cameras": cams,
+            "parameters": counts}
+    with open(os.path.join(run_dir, "data_summary.json"), "w") as f:
+        json.dump(info, f, indent=2)
+    print(f"{data.episodes} episodes, {n} frames, {len(data.instructions)} instruction(s); mode {cfg.mode}: "
+          f"{counts['trainable']:,} of {counts['total']:,} parameters train")
+
+    tb = SummaryWriter(os.path.join(run_dir, "tb"), purge_step=start if start else None)
+    csv_path = os.path.join(run_dir, "loss.csv")
+    if start == 0 or not os.path.isfile(csv_path):
+        with open(csv_path, "w") as f:
+            f.write("step,loss,lr,samples_per_s\n")
+    else:  # drop rows logged after the checkpoint we resume from
+        with open(csv_path) as f:
+            rows = f.read().splitlines()
+        keep = [rows[0]] + [r for r in rows[1:] if r and int(r.split(",")[0]) <= start]
+        with open(csv_path + ".tmp", "w") as f:
+            f.write("\n".join(keep) + "\n")
+        os.replace(csv_path + ".tmp", csv_path)
+
+    model.train()
+    extra = {"instructions": data.instructions, "sim_tasks": _sim_tasks(cfg.datasets),
+             "train": {"datasets": [os.path.abspath(d) for d in cfg.datasets], "mode": cfg.mode}}
+    t0 = time.perf_counter()
+    t_log, samples_since = t0, 0
+    bar = tqdm(total=cfg.steps, initial=start, desc="train", unit="step", disable=not progress)
+    step = start
+    stopped_early = False
+    try:
+        while step < cfg.steps:
+            idx = torch.randint(0, n, (cfg.batch_size,), generator=gen)
+            state = data.state[idx]
+            s_std = model.state_std
+            state = state + cfg.state_noise * s_std * torch.randn(state.shape, generator=gen)
+            batch: dict[str, Any] = {"state": state, "action": data.chunks[idx], "text": data.text_emb[data.text_idx[idx]]}
+            if data.fmaps is not None:
+                view = torch.randint(0, 1 + cfg.aug_views, (cfg.batch_size,), generator=gen)
+                batch["fmaps"] = {c: data.fmaps[c][view, idx].float() for c in cams}
+            else:
+                imgs = {c: augment(data.images[c][idx], cfg, gen) for c in cams}
+                batch["fmaps"] = model.trunk_features(imgs)
+            loss, _ = model.loss(batch)
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
+            gnorm = torch.nn.utils.clip_grad_norm_(params, cfg.grad_clip)
+            opt.step()
+            sched.step()
+            with torch.no_grad():
+                d = cfg.ema_decay if step >= cfg.warmup_steps else 0.0
+                for pe, pm in zip(ema_model.state_dict().values(), model.state_dict().values()):
+                    if pe.dtype.is_floating_point:
+                        pe.mul_(d).add_(pm.detach(), alpha=1 - d)
+                    else:
+                        pe.copy_(pm)
+            step += 1
+            samples_since += cfg.batch_size
+            bar.update(1)
+            if step % cfg.log_every == 0 or step == cfg.steps:
+                now = time.perf_counter()
+                sps = samples_since / max(now - t_log, 1e-9)
+                t_log, samples_since = now, 0
+                lv = float(loss)
+                tb.add_scalar("train/loss", lv, step)
+                tb.add_scalar("train/lr", sched.get_last_lr()[0], step)
+                tb.add_scalar("train/grad_norm", float(gnorm), step)
+                tb.add_scalar("perf/samples_per_s", sps, step)
+                with open(csv_path, "a") as f:
+                    f.write(f"{step},{lv:.6f},{sched.get_last_lr()[0]:.3e},{sps:.1f}\n")
+                bar.set_postfix(loss=f"{lv:.4f}", sps=f"{sps:.0f}")
+            out_of_time = cfg.max_minutes is not None and (time.perf_counter() - t0) / 60 >= cfg.max_minutes
+            if step % cfg.save_every == 0 or step == cfg.steps or out_of_time:
+                save_checkpoint(run_dir, step, model, ema_model, opt, sched, gen, cfg.keep_checkpoints, extra)
+                plot_loss(csv_path, os.path.join(run_dir, "loss_curve.png"))
+            if out_of_time:
+                stopped_early = True
+                tqdm.write(f"--max-minutes {cfg.max_minutes:g} reached at step {step}; saved")
+                break
+    finally:
+        bar.close()
+        tb.close()
+    final = os.path.join(run_dir, "model")
+    shutil.rmtree(final + ".tmp", ignore_errors=True)
+    ema_model.save(final + ".tmp", extra={"step": step, **extra})
+    shutil.rmtree(final, ignore_errors=True)
+    os.replace(final + ".tmp", final)
+    plot_loss(csv_path, os.path.join(run_dir, "loss_curve.png"))
+    summary = {"run_dir": os.path.abspath(run_dir), "steps": step, "stopped_early": stopped_early,
+               "wall_s": time.perf_counter() - t0, **info}
+    with open(os.path.join(run_dir, "train_summary.json"), "w") as f:
+        json.dump(summary, f, indent=2)
+    return summary

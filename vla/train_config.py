@@ -1,0 +1,69 @@
+"""``TrainConfig``: every knob of ``vla train`` (no torch here, so ``vla --help`` stays fast)."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+
+MODES = ("frozen", "lora", "full")
+
+
+@dataclasses.dataclass(frozen=True)
+class TrainConfig:
+    datasets: tuple[str, ...]
+    """LeRobot v3 dataset directories (several = multi-task)."""
+    out: str
+    """Run directory."""
+    mode: str = "frozen"
+    """Vision trunk: frozen (features cached once), lora (peft adapters) or full."""
+    steps: int = 20_000
+    batch_size: int = 256
+    lr: float = 3e-4
+    weight_decay: float = 1e-4
+    warmup_steps: int = 500
+    grad_clip: float = 1.0
+    ema_decay: float = 0.999
+    horizon: int = 8
+    image_size: int = 96
+    cameras: tuple[str, ...] | None = None
+    """Cameras to read (default: every camera of the first dataset)."""
+    num_tokens: int = 0
+    aug_views: int = 2
+    """Frozen mode: augmented copies of every frame whose features are cached (besides the original)."""
+    shift_pad: int = 4
+    """Random-shift augmentation: pixels of replicate padding (at image_size)."""
+    jitter: float = 0.15
+    """Brightness / contrast jitter (+-)."""
+    state_noise: float = 0.05
+    """Gaussian noise on the standardised state (augmentation)."""
+    lora_rank: int = 8
+    lora_alpha: int = 16
+    lora_targets: tuple[str, ...] | None = None
+    save_every: int = 2000
+    log_every: int = 50
+    keep_checkpoints: int = 3
+    max_minutes: float | None = None
+    """Stop (and save) after this much wall-clock training time."""
+    seed: int = 0
+    threads: int | None = None
+    """torch CPU threads (default: torch's choice)."""
+
+    def __post_init__(self) -> None:
+        if self.mode not in MODES:
+            raise ValueError(f"mode must be one of {MODES}, got {self.mode!r}")
+        for f in ("steps", "batch_size", "horizon", "image_size", "save_every", "log_every", "keep_checkpoints"):
+            if getattr(self, f) <= 0:
+                raise ValueError(f"{f} must be positive, got {getattr(self, f)}")
+        if self.lr <= 0 or not 0 <= self.ema_decay < 1:
+            raise ValueError(f"lr must be > 0 and ema_decay in [0, 1), got {self.lr}, {self.ema_decay}")
+        if not self.datasets:
+            raise ValueError("give at least one --dataset")
+
+    @classmethod
+    def from_json(cls, path: str) -> "TrainConfig":
+        with open(path) as f:
+            d = json.load(f)
+        for k in ("datasets", "cameras", "lora_targets"):
+            if d.get(k) is not None:
+                d[k] = tuple(d[k])
+        return cls(**d)
