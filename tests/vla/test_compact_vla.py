@@ -172,3 +172,19 @@ def test_save_load_round_trip_gives_the_same_actions(tmp_path, model):
     n = torch.randn(2, *m.noise_shape)
     assert torch.equal(m.eval().sample_actions(obs(), noise=n), loaded.sample_actions(obs(), noise=n))
     assert loaded.mode == "lora"
+
+
+def test_merge_lora_keeps_the_function_and_removes_the_adapters():
+    from vla.models.modes import merge_lora
+
+    m = make().set_mode("lora", lora_rank=4)
+    with torch.no_grad():
+        for n, p in m.named_parameters():
+            if "lora_B" in n:
+                p.normal_(0, 0.1)
+    n = torch.randn(2, *m.noise_shape)
+    before = m.eval().sample_actions(obs(), noise=n)
+    merge_lora(m)
+    assert not any("lora_" in k for k in m.state_dict())
+    assert m.mode == "full"
+    assert torch.allclose(before, m.sample_actions(obs(), noise=n), atol=1e-5)

@@ -67,3 +67,22 @@ def count_parameters(model: nn.Module) -> dict[str, int]:
     total = sum(p.numel() for p in model.parameters())
     trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)
     return {"total": total, "trainable": trainable}
+
+
+def merge_lora(model) -> None:
+    """Fold the LoRA adapters into their base layers (W <- W + scale * B A) and remove them:
+    the model is then a plain ``full``-mode model with the same function (for export or a mode
+    change)."""
+    from peft.tuners.lora import LoraLayer
+
+    if not getattr(model, "_lora_injected", False):
+        raise ValueError("this model carries no LoRA adapters")
+    for root in model.backbone_modules().values():
+        for name, mod in list(root.named_modules()):
+            if isinstance(mod, LoraLayer):
+                mod.merge()
+                parent = root.get_submodule(name.rsplit(".", 1)[0]) if "." in name else root
+                setattr(parent, name.rsplit(".", 1)[-1], mod.get_base_layer())
+    model._lora_injected = False
+    model.lora_config = None
+    apply_mode(model, "full")
