@@ -23,6 +23,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "replay": ("vla.commands.replay", "replay a recorded episode through the bridge"),
     "dataset": ("vla.commands.dataset", "check, repair or view a LeRobot v3 dataset"),
     "train": ("vla.commands.train", "supervised fine-tuning of the compact VLA on LeRobot datasets (frozen / LoRA / full)"),
+    "rl": ("vla.commands.rl", "online RL session that steers a frozen VLA (DSRL latent-noise SAC), with resume"),
     "eval": ("vla.commands.eval", "roll a VLA checkpoint out in the sim tasks: success rate per task, videos"),
 }
 

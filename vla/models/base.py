@@ -115,6 +115,12 @@ class VLA(nn.Module, abc.ABC):
     def loss(self, batch: dict) -> tuple[torch.Tensor, dict[str, float]]:
         """Supervised loss on a batch (obs fields + ``action`` [B, H, A] + ``action_is_pad`` [B, H])."""
 
+    def sample_actions_from_embedding(self, emb: torch.Tensor, noise=None, token=None,
+                                      num_steps: int | None = None, normalized: bool = False) -> torch.Tensor:
+        """Actions from stored ``embed`` features (DSRL-NA re-generates chunks for replayed states).
+        ``normalized`` returns the sampler's own units (what the noise maps to) instead of robot units."""
+        raise NotImplementedError(f"{type(self).__name__} cannot sample from a stored embedding")
+
     # -- training modes --------------------------------------------------------------------
     def backbone_modules(self) -> dict[str, nn.Module]:
         """The pretrained parts that the mode applies to (name -> module)."""

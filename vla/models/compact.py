@@ -215,6 +215,12 @@ class CompactVLA(VLA):
         return self.unnormalize_actions(x)
 
     @torch.no_grad()
+    def sample_actions_from_embedding(self, emb: torch.Tensor, noise=None, token=None,
+                                      num_steps: int | None = None, normalized: bool = False) -> torch.Tensor:
+        x = self.head.sample(emb, noise=noise, token=token, num_steps=num_steps)
+        return x.clamp(-1, 1) if normalized else self.unnormalize_actions(x)
+
+    @torch.no_grad()
     def sample_actions_stochastic(self, obs: dict, noise=None, token=None, num_steps: int | None = None,
                                   sigma: float = 0.1, generator: torch.Generator | None = None) -> StochasticSample:
         cond = self._cond(obs)

@@ -1,0 +1,211 @@
+"""DSRL: steer a frozen flow / diffusion VLA by choosing the initial noise of its sampler
+(Wagenmaker et al., CoRL 2025, arXiv 2506.15799).
+
+The VLA stays frozen; a small SAC agent acts in the *noise* space. One macro-step:
+
+    feat = vla.embed(obs)                     frozen features (the agent's observation)
+    w    = pi^W(feat)  in [-b, b]^d           the agent's action: the latent noise
+    x    = vla.sample(feat, noise = T(w))     the VLA denoises w into a chunk [H, A]
+    env.step(x[:exec_steps])                  executed as one macro-step
+
+``T(w)`` reshapes a full ``H*A``-dim w to ``[H, A]``, or (``noise_dims = A``, the paper's pi0
+option) tiles one ``A``-dim w over all ``H`` rows.
+
+Variants (``DSRLConfig.variant``):
+
+* ``sac``: plain SAC in the noise MDP (``policies.common.sac.SAC`` on ``(feat, w, r, feat')``).
+* ``na`` (noise-aliased, the paper's recommendation): an action-space critic ``Q^A(s, a)`` on the
+  executed chunk ``a`` (normalised units) is trained by TD with
+  ``y = r + gamma (1 - d) (min_{i in K} Qbar^A_i(s', pi_vla(s', w')) - alpha log pi^W(w'|s'))``,
+  ``w' ~ pi^W(s')``; a noise-space critic ``Q^W(s, w)`` is distilled from it,
+  ``(Q^W(s, w) - Q^A(s, pi_vla(s, w)))^2`` with ``w ~ N(0, I)`` (``distill_steps`` per update);
+  the actor maximises ``Q^W - alpha log pi^W``. Because ``Q^A`` lives in action space, demos and
+  operator interventions (action chunks with no noise behind them) train it directly: the
+  offline buffer is sampled 50 / 50 with the online one (RLPD).
+
+NA needs ``vla.sample_actions_from_embedding`` (the compact VLA has it): the distillation
+re-generates chunks for replayed states with fresh noise.
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+from typing import Any, Callable
+
+import numpy as np
+import torch
+from torch import nn
+
+from policies.common.replay import ReplayBuffer, sample_mixed
+from policies.common.sac import SAC, EnsembleCritic, SACConfig
+
+VARIANTS = ("sac", "na")
+
+
+@dataclasses.dataclass(frozen=True)
+class DSRLConfig:
+    variant: str = "na"
+    """``na`` (noise-aliased, recommended) or ``sac`` (SAC directly in noise space)."""
+    noise_bound: float = 1.5
+    """b: the agent's noise lies in [-b, b]^d (paper: 1.0 - 2.5)."""
+    noise_dims: int | None = None
+    """None: w has H*A dims (the whole chunk's noise). A: one A-dim w tiled over the H rows (pi0 option)."""
+    exec_steps: int | None = None
+    """Rows of each chunk executed per macro-step (default: the whole chunk)."""
+    warmup_steps: int = 100
+    """Macro-steps with w ~ N(0, I) (the base VLA's own behaviour) before any update."""
+    distill_steps: int = 10
+    """NA: Q^W distillation steps per update round."""
+    sac: SACConfig = SACConfig(utd=20)
+    """SAC settings (action_scale is set from noise_bound)."""
+
+    def __post_init__(self) -> None:
+        if self.variant not in VARIANTS:
+            raise ValueError(f"DSRLConfig.variant must be one of {VARIANTS}, got {self.variant!r}")
+        if not self.noise_bound > 0:
+            raise ValueError(f"DSRLConfig.noise_bound must be positive, got {self.noise_bound}")
+        if self.warmup_steps < 0 or self.distill_steps < 1:
+            raise ValueError("DSRLConfig.warmup_steps must be >= 0 and distill_steps >= 1")
+
+
+class _Select(nn.Module):
+    """SAC 'encoder' that reads the stored VLA features: obs {"feat": [B, D]} -> [B, D]."""
+
+    def __init__(self, dim: int) -> None:
+        super().__init__()
+        self.out_dim = dim
+
+    def forward(self, obs: dict[str, torch.Tensor]) -> torch.Tensor:
+        return obs["feat"]
+
+
+class DSRLAgent:
+    def __init__(self, vla, cfg: DSRLConfig = DSRLConfig(), seed: int = 0, feat_dim: int | None = None) -> None:
+        self.vla, self.cfg = vla, cfg
+        self.h, self.a = (int(x) for x in vla.noise_shape)
+        self.exec_steps = cfg.exec_steps or self.h
+        if not 1 <= self.exec_steps <= self.h:
+            raise ValueError(f"exec_steps must be in [1, {self.h}], got {cfg.exec_steps}")
+        if cfg.noise_dims not in (None, self.h * self.a, self.a):
+            raise ValueError(f"noise_dims must be None, {self.h * self.a} (H*A) or {self.a} (A, tiled over the "
+                             f"chunk), got {cfg.noise_dims}")
+        self.noise_dim = cfg.noise_dims or self.h * self.a
+        self.feat_dim = feat_dim or int(getattr(getattr(vla, "cfg", None), "cond_dim", 0))
+        if not self.feat_dim:
+            raise ValueError("feat_dim: size of vla.embed() features could not be inferred; pass feat_dim")
+        sac_cfg = dataclasses.replace(cfg.sac, action_scale=cfg.noise_bound)
+        self.sac = SAC(None, self.noise_dim, sac_cfg, encoder=_Select(self.feat_dim), seed=seed)
+        self.chunk_dim = self.exec_steps * self.a
+        if cfg.variant == "na":
+            with torch.random.fork_rng(devices=[]):
+                torch.manual_seed(seed + 1)
+                self.qa = EnsembleCritic(self.feat_dim, self.chunk_dim, sac_cfg.num_critics, sac_cfg.hidden,
+                                         sac_cfg.critic_layer_norm)
+            self.qa_target = copy.deepcopy(self.qa).requires_grad_(False)
+            self.qa_opt = torch.optim.Adam(self.qa.parameters(), lr=sac_cfg.critic_lr)
+        self.updates = 0
+
+    # -- acting --------------------------------------------------------------------------------
+    def w_to_noise(self, w: torch.Tensor) -> torch.Tensor:
+        """[B, d] -> [B, H, A]: reshape (d = H*A) or tile one row over the chunk (d = A)."""
+        w = torch.as_tensor(w, dtype=torch.float32)
+        if self.noise_dim == self.a and self.noise_dim != self.h * self.a:
+            return w[:, None, :].expand(w.shape[0], self.h, self.a).contiguous()
+        return w.reshape(w.shape[0], self.h, self.a)
+
+    @torch.no_grad()
+    def embed(self, obs_batch: dict) -> torch.Tensor:
+        return self.vla.embed(obs_batch)
+
+    @torch.no_grad()
+    def chunk(self, feat: torch.Tensor, w: torch.Tensor, normalized: bool = False) -> torch.Tensor:
+        """The VLA's chunk [B, H, A] for features ``feat`` and agent noise ``w``."""
+        return self.vla.sample_actions_from_embedding(feat, noise=self.w_to_noise(w), normalized=normalized)
+
+    def act(self, feat: torch.Tensor, rng: np.random.Generator, warmup: bool,
+            deterministic: bool = False) -> torch.Tensor:
+        """-> w [B, d]. In warm-up, w ~ N(0, I) clipped to the bound (the base VLA)."""
+        if warmup:
+            w = rng.standard_normal((feat.shape[0], self.noise_dim)).astype(np.float32)
+            return torch.from_numpy(np.clip(w, -self.cfg.noise_bound, self.cfg.noise_bound))
+        return self.sac.act({"feat": feat}, deterministic=deterministic, generator=self.sac.generator)
+
+    # -- learning ------------------------------------------------------------------------------
+    def update(self, online: ReplayBuffer, offline: ReplayBuffer | None, rng: np.random.Generator) -> dict[str, float]:
+        bs = self.cfg.sac.batch_size
+        if self.cfg.variant == "sac":
+            # the noise-space critic can only learn from transitions that have a noise action
+            info = self.sac.update_many(lambda: online.sample(bs, rng))
+        else:
+            use_off = offline is not None and len(offline) > 0
+
+            def sample() -> dict[str, Any]:
+                return sample_mixed(online, offline, bs, 0.5, rng) if use_off else online.sample(bs, rng)
+
+            info = self._update_na(sample)
+        self.updates += 1
+        return info
+
+    def _qa_action(self, batch: dict[str, Any]) -> torch.Tensor:
+        return batch["chunk"].reshape(batch["chunk"].shape[0], -1)
+
+    def _update_na(self, sample: Callable[[], dict[str, Any]]) -> dict[str, float]:
+        sac, cfg = self.sac, self.sac.cfg
+        qa_losses = []
+        for _ in range(cfg.utd):
+            b = sample()
+            s, s2 = b["obs"]["feat"], b["next_obs"]["feat"]
+            with torch.no_grad():
+                # y = r + gamma (1 - d) (min_{i in K} Qbar^A_i(s', pi_vla(s', w')) - alpha log pi^W(w'|s'))
+                w2, logp2 = sac.actor.sample(s2, generator=sac.generator)
+                a2 = self.chunk(s2, w2, normalized=True)[:, : self.exec_steps].reshape(len(s2), -1)
+                subset = torch.randperm(cfg.num_critics, generator=sac.generator)[: cfg.critic_subset]
+                q2 = self.qa_target(s2, a2, members=subset).min(dim=0).values
+                if cfg.backup_entropy:
+                    q2 = q2 - sac.alpha * logp2
+                y = b["reward"] + cfg.gamma * (1.0 - b["done"]) * q2
+            qa = self.qa(s, self._qa_action(b))
+            loss = ((qa - y.unsqueeze(0)) ** 2).mean(dim=1).sum()
+            self.qa_opt.zero_grad(set_to_none=True)
+            loss.backward()
+            self.qa_opt.step()
+            with torch.no_grad():
+                torch._foreach_lerp_(list(self.qa_target.parameters()), list(self.qa.parameters()), cfg.tau)
+            qa_losses.append(loss.detach())
+        # distil Q^W(s, w) <- Q^A(s, pi_vla(s, w)), w ~ N(0, I): the noise critic sees every noise the
+        # VLA maps to the same action as equally good ("noise aliasing")
+        s = b["obs"]["feat"]
+        qw_losses = []
+        for _ in range(self.cfg.distill_steps):
+            w = torch.randn(len(s), self.noise_dim, generator=sac.generator).clamp(-self.cfg.noise_bound,
+                                                                                   self.cfg.noise_bound)
+            with torch.no_grad():
+                a = self.chunk(s, w, normalized=True)[:, : self.exec_steps].reshape(len(s), -1)
+                target = self.qa(s, a).mean(dim=0)
+            qw = sac.critic(s, w)
+            loss = ((qw - target.unsqueeze(0)) ** 2).mean(dim=1).sum()
+            sac.critic_opt.zero_grad(set_to_none=True)
+            loss.backward()
+            sac.critic_opt.step()
+            qw_losses.append(loss.detach())
+        info = {k: float(v) for k, v in sac._actor_step(s).items()}
+        info.update({"losses/qa_loss": float(torch.stack(qa_losses).mean()),
+                     "losses/qw_distill_loss": float(torch.stack(qw_losses).mean()),
+                     "losses/qa_values": float(qa.detach().mean())})
+        return info
+
+    # -- exact resume --------------------------------------------------------------------------
+    def state_dict(self) -> dict[str, Any]:
+        d = {"sac": self.sac.state_dict(), "updates": self.updates, "config": dataclasses.asdict(self.cfg)}
+        if self.cfg.variant == "na":
+            d.update(qa=self.qa.state_dict(), qa_target=self.qa_target.state_dict(), qa_opt=self.qa_opt.state_dict())
+        return d
+
+    def load_state_dict(self, d: dict[str, Any]) -> None:
+        self.sac.load_state_dict(d["sac"])
+        self.updates = int(d["updates"])
+        if self.cfg.variant == "na":
+            self.qa.load_state_dict(d["qa"])
+            self.qa_target.load_state_dict(d["qa_target"])
+            self.qa_opt.load_state_dict(d["qa_opt"])

@@ -1,0 +1,124 @@
+"""`vla rl` sessions on the fast sim Franka: frozen VLA, operator interventions, kill + exact resume."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+import torch
+
+pytest.importorskip("lerobot")
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+SMALL = ["--max-episode-ticks", "16", "--warmup-steps", "2", "--utd", "1", "--batch-size", "8",
+         "--eval-every", "0", "--eval-episodes", "1", "--threads", "1"]
+
+
+@pytest.fixture(scope="module")
+def tiny_vla(tmp_path_factory) -> str:
+    from vla.models.compact import CompactVLA, CompactVLAConfig
+
+    torch.manual_seed(0)
+    m = CompactVLA(CompactVLAConfig(image_size=64, hidden=64, cond_dim=64, keypoints=8, pretrained=False))
+    m.set_normalization(np.zeros(8), np.ones(8), -np.full(7, 0.02), np.full(7, 0.02))
+    path = str(tmp_path_factory.mktemp("vla") / "ckpt")
+    m.save(path)
+    return path
+
+
+def test_session_keeps_the_vla_frozen_and_records_interventions(tiny_vla, tmp_path):
+    from robot_io.robot import RobotClient
+    from robot_io.site import load_site
+    from vla.commands._bridge import running_bridge
+    from vla.envs import task_env
+    from vla.models import load_vla
+    from vla.rl import run_session
+    from vla.rl_config import RLConfig
+
+    vla = load_vla(tiny_vla)
+    before = {k: v.clone() for k, v in vla.state_dict().items()}
+    takeovers = []
+
+    def operator(obs, ctx):  # a scripted operator: takes over on the second macro-step of every episode
+        if ctx["step_in_episode"] == 1:
+            takeovers.append(ctx["episode"])
+            return np.tile(np.array([0.0, 0.0, 0.01, 0, 0, 0, 1.0], np.float32), (8, 1))
+        return None
+
+    cfg = RLConfig(checkpoint=tiny_vla, out=str(tmp_path / "run"), task="pick_red_cube", total_ticks=48,
+                   max_episode_ticks=16, warmup_steps=2, utd=1, batch_size=8, num_critics=2, hidden=(32,),
+                   eval_every=0, eval_episodes=1, videos=0)
+    site = load_site("sim-franka-fast")
+    with running_bridge(site, str(tmp_path / "bridge.log")):
+        client = RobotClient(site)
+        try:
+            summary = run_session(cfg, task_env(client, "pick_red_cube"), vla, operator=operator, progress=False)
+        finally:
+            client.close()
+    assert summary["ticks"] == 48 and summary["episodes"] == 3
+    # the frozen VLA: bit-identical weights (checked tensor by tensor, besides the session's own hash)
+    after = vla.state_dict()
+    assert all(torch.equal(before[k], after[k]) for k in before)
+    assert summary["vla_weights_unchanged"]
+    # every takeover is flagged and lands in the demo buffer too
+    from policies.common.replay import ReplayBuffer
+
+    online = ReplayBuffer.load(tmp_path / "run/checkpoint/online.npz")
+    demo = ReplayBuffer.load(tmp_path / "run/checkpoint/demo.npz")
+    assert len(takeovers) == 3 and len(demo) == 3 and demo.extras["intervention"][:3].all()
+    flags = online.extras["intervention"][: len(online)]
+    assert flags.sum() == 3 and list(np.flatnonzero(flags)) == [1, 3, 5]  # 2 macro-steps per episode
+    np.testing.assert_allclose(demo.extras["chunk"][0], online.extras["chunk"][1])
+    eps = [json.loads(x) for x in open(tmp_path / "run/episodes.jsonl")]
+    assert [e["interventions"] for e in eps] == [1, 1, 1]
+
+
+def test_kill_and_resume_continues_from_the_same_step_and_replay(tiny_vla, tmp_path):
+    out = tmp_path / "run"
+    cmd = [sys.executable, "-m", "vla.cli", "rl", "--checkpoint", tiny_vla, "--task", "pick_red_cube", "--out", str(out),
+           "--total-ticks", "96", *SMALL]
+    env = {**os.environ, "MUJOCO_GL": os.environ.get("MUJOCO_GL", "egl")}
+    proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                            start_new_session=True)
+    state = out / "checkpoint" / "state.json"
+    deadline = time.monotonic() + 240
+    try:
+        while time.monotonic() < deadline:
+            if state.is_file():
+                try:
+                    if json.loads(state.read_text())["episode"] >= 2:
+                        break
+                except (json.JSONDecodeError, KeyError):
+                    pass
+            assert proc.poll() is None, proc.stderr.read().decode()[-2000:]
+            time.sleep(0.05)
+        os.killpg(proc.pid, signal.SIGKILL)  # the session and its bridge, no cleanup
+    finally:
+        proc.wait(timeout=30)
+    saved = tmp_path / "saved"
+    shutil.copytree(out / "checkpoint", saved)
+    s = json.loads((saved / "state.json").read_text())
+    assert 2 <= s["episode"] < 6 and s["step"] == 2 * s["episode"]
+
+    from policies.common.replay import ReplayBuffer
+    r = subprocess.run([sys.executable, "-m", "vla.cli", "rl", "--resume", str(out)], cwd=ROOT, env=env,
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert f"resumed {out} at episode {s['episode']}, step {s['step']}" in r.stdout
+    before = ReplayBuffer.load(saved / "online.npz")
+    after = ReplayBuffer.load(out / "checkpoint/online.npz")
+    n = s["step"]
+    assert len(before) == n and len(after) == 12  # 96 ticks / 8 per macro-step
+    np.testing.assert_array_equal(after.obs["feat"][:n], before.obs["feat"][:n])
+    np.testing.assert_array_equal(after.action[:n], before.action[:n])
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["ticks"] == 96 and summary["vla_weights_unchanged"]
+    eps = [json.loads(x) for x in open(out / "episodes.jsonl")]
+    assert [e["episode"] for e in eps] == list(range(6))  # no episode logged twice

@@ -1,0 +1,77 @@
+"""``RLConfig``: every knob of an online RL session (``vla rl``); no torch here."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+
+METHODS = ("dsrl",)
+
+
+@dataclasses.dataclass(frozen=True)
+class RLConfig:
+    checkpoint: str
+    """The VLA to steer: a checkpoint or `vla train` run directory. It stays frozen."""
+    out: str
+    """Run directory."""
+    task: str
+    """Sim task (hardware.sim_tasks) whose success predicate is the reward."""
+    method: str = "dsrl"
+    variant: str = "na"
+    """DSRL variant: na (noise-aliased, recommended) or sac."""
+    robot: str = "sim-franka-fast"
+    """Site preset or YAML."""
+    total_ticks: int = 10_000
+    """Budget of environment steps (control ticks; a chunk of 8 executed rows = 8 ticks)."""
+    max_episode_ticks: int | None = None
+    """Episode length in ticks (default: the task's max_steps)."""
+    exec_steps: int | None = None
+    """Rows of each chunk executed per macro-step (default the whole chunk)."""
+    noise_bound: float = 1.5
+    noise_dims: int | None = None
+    warmup_steps: int = 100
+    """Macro-steps of the base VLA (w ~ N(0, I)) before learning starts."""
+    utd: int = 20
+    batch_size: int = 256
+    num_critics: int = 10
+    hidden: tuple[int, ...] = (256, 256)
+    gamma: float = 0.99
+    """Discount per macro-step."""
+    init_temperature: float = 0.01
+    """Initial SAC temperature. The success reward is 0 / 1 while a 56-d noise policy's log-density
+    is tens of nats, so alpha starts small (alpha = 1 would drown the reward in entropy)."""
+    backup_entropy: bool = False
+    """Soft (entropy) term in the TD target (SERL turns it off for sparse rewards)."""
+    eval_every: int = 10
+    """Episodes between deterministic evaluations (0: none)."""
+    eval_episodes: int = 10
+    eval_seed_start: int = 200_000
+    checkpoint_every: int = 1
+    """Episodes between checkpoints (agent, replay buffers, counters, RNG states)."""
+    seed: int = 0
+    threads: int | None = 1
+    videos: int = 1
+    """Evaluation episodes saved as MP4 at the final evaluation."""
+
+    def __post_init__(self) -> None:
+        if self.method not in METHODS:
+            raise ValueError(f"method must be one of {METHODS}, got {self.method!r}")
+        for f in ("total_ticks", "utd", "batch_size", "num_critics", "eval_episodes", "checkpoint_every"):
+            if getattr(self, f) <= 0:
+                raise ValueError(f"{f} must be positive, got {getattr(self, f)}")
+        if self.eval_every < 0 or self.warmup_steps < 0:
+            raise ValueError("eval_every and warmup_steps must be >= 0")
+
+    def to_json(self, path: str) -> None:
+        import os
+
+        with open(path + ".tmp", "w") as f:
+            json.dump(dataclasses.asdict(self), f, indent=2)
+        os.replace(path + ".tmp", path)
+
+    @classmethod
+    def from_json(cls, path: str) -> "RLConfig":
+        with open(path) as f:
+            d = json.load(f)
+        d["hidden"] = tuple(d["hidden"])
+        return cls(**d)
