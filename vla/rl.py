@@ -142,9 +142,13 @@ class Session:
         while ticks < self.max_ticks:
             warm = base or (learn and self.step < agent.cfg.warmup_steps)
             w = agent.act(feat, self.rng, warmup=warm, deterministic=deterministic)
-            noise = agent.w_to_noise(w)
-            chunk = self.vla.sample_actions_from_embedding(feat, noise=noise)[0, : agent.exec_steps]
-            chunk_n = self.vla.sample_actions_from_embedding(feat, noise=noise, normalized=True)[0, : agent.exec_steps]
+            if base:  # the plain VLA, whatever the agent's variant
+                noise = torch.randn(1, *self.vla.noise_shape, generator=torch.Generator().manual_seed(seed * 1000 + steps))
+                chunk = self.vla.sample_actions_from_embedding(feat, noise=noise)[0, : agent.exec_steps]
+                chunk_n = self.vla.sample_actions_from_embedding(feat, noise=noise, normalized=True)[0, : agent.exec_steps]
+            else:
+                chunk = agent.chunk(feat, w)[0, : agent.exec_steps]
+                chunk_n = agent.chunk(feat, w, normalized=True)[0, : agent.exec_steps]
             chunk = chunk[: self.max_ticks - ticks].numpy()
             flagged = False
             if self.operator is not None and learn:
@@ -169,7 +173,7 @@ class Session:
                 tr = dict(obs={"feat": feat[0].numpy()}, action=w[0].numpy().astype(np.float32), reward=float(r),
                           next_obs={"feat": feat2[0].numpy()}, done=bool(term),
                           chunk=chunk_n.numpy().astype(np.float32), intervention=flagged)
-                if not flagged or agent.cfg.variant == "na":
+                if not flagged or agent.cfg.variant != "sac":
                     # DSRL-SAC's critic lives in noise space: an operator's chunk has no noise behind
                     # it, so for that variant interventions go to the demo buffer only
                     self.online.add(**tr)

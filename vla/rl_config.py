@@ -18,7 +18,7 @@ class RLConfig:
     """Sim task (hardware.sim_tasks) whose success predicate is the reward."""
     method: str = "dsrl"
     variant: str = "na"
-    """DSRL variant: na (noise-aliased, recommended) or sac."""
+    """DSRL variant: na (noise-aliased, recommended), sac, or action (baseline: SAC on raw actions)."""
     robot: str = "sim-franka-fast"
     """Site preset or YAML."""
     total_ticks: int = 10_000

@@ -14,6 +14,8 @@ option) tiles one ``A``-dim w over all ``H`` rows.
 Variants (``DSRLConfig.variant``):
 
 * ``sac``: plain SAC in the noise MDP (``policies.common.sac.SAC`` on ``(feat, w, r, feat')``).
+* ``action``: the baseline the paper compares with -- plain SAC on the raw action space: the
+  agent's action *is* the normalised chunk (``[-1, 1]^(H*A)``), the VLA only provides features.
 * ``na`` (noise-aliased, the paper's recommendation): an action-space critic ``Q^A(s, a)`` on the
   executed chunk ``a`` (normalised units) is trained by TD with
   ``y = r + gamma (1 - d) (min_{i in K} Qbar^A_i(s', pi_vla(s', w')) - alpha log pi^W(w'|s'))``,
@@ -40,13 +42,14 @@ from torch import nn
 from policies.common.replay import ReplayBuffer, sample_mixed
 from policies.common.sac import SAC, EnsembleCritic, SACConfig
 
-VARIANTS = ("sac", "na")
+VARIANTS = ("sac", "na", "action")
 
 
 @dataclasses.dataclass(frozen=True)
 class DSRLConfig:
     variant: str = "na"
-    """``na`` (noise-aliased, recommended) or ``sac`` (SAC directly in noise space)."""
+    """``na`` (noise-aliased, recommended), ``sac`` (SAC directly in noise space) or ``action``
+    (baseline: SAC on the raw action chunk, not steering the VLA)."""
     noise_bound: float = 1.5
     """b: the agent's noise lies in [-b, b]^d (paper: 1.0 - 2.5)."""
     noise_dims: int | None = None
@@ -94,7 +97,8 @@ class DSRLAgent:
         self.feat_dim = feat_dim or int(getattr(getattr(vla, "cfg", None), "cond_dim", 0))
         if not self.feat_dim:
             raise ValueError("feat_dim: size of vla.embed() features could not be inferred; pass feat_dim")
-        sac_cfg = dataclasses.replace(cfg.sac, action_scale=cfg.noise_bound)
+        bound = 1.0 if cfg.variant == "action" else cfg.noise_bound
+        sac_cfg = dataclasses.replace(cfg.sac, action_scale=bound)
         self.sac = SAC(None, self.noise_dim, sac_cfg, encoder=_Select(self.feat_dim), seed=seed)
         self.chunk_dim = self.exec_steps * self.a
         if cfg.variant == "na":
@@ -120,21 +124,27 @@ class DSRLAgent:
 
     @torch.no_grad()
     def chunk(self, feat: torch.Tensor, w: torch.Tensor, normalized: bool = False) -> torch.Tensor:
-        """The VLA's chunk [B, H, A] for features ``feat`` and agent noise ``w``."""
+        """The chunk [B, H, A] for features ``feat`` and agent action ``w``: the VLA's denoising of
+        noise ``w`` (DSRL), or ``w`` itself as a normalised chunk (the ``action`` baseline)."""
+        if self.cfg.variant == "action":
+            x = self.w_to_noise(w).clamp(-1, 1)
+            return x if normalized else self.vla.unnormalize_actions(x)
         return self.vla.sample_actions_from_embedding(feat, noise=self.w_to_noise(w), normalized=normalized)
 
     def act(self, feat: torch.Tensor, rng: np.random.Generator, warmup: bool,
             deterministic: bool = False) -> torch.Tensor:
-        """-> w [B, d]. In warm-up, w ~ N(0, I) clipped to the bound (the base VLA)."""
+        """-> w [B, d]. In warm-up, w ~ N(0, I) clipped to the bound (the base VLA; for the
+        ``action`` baseline: random actions)."""
         if warmup:
             w = rng.standard_normal((feat.shape[0], self.noise_dim)).astype(np.float32)
-            return torch.from_numpy(np.clip(w, -self.cfg.noise_bound, self.cfg.noise_bound))
+            b = self.sac.cfg.action_scale
+            return torch.from_numpy(np.clip(w, -b, b))
         return self.sac.act({"feat": feat}, deterministic=deterministic, generator=self.sac.generator)
 
     # -- learning ------------------------------------------------------------------------------
     def update(self, online: ReplayBuffer, offline: ReplayBuffer | None, rng: np.random.Generator) -> dict[str, float]:
         bs = self.cfg.sac.batch_size
-        if self.cfg.variant == "sac":
+        if self.cfg.variant in ("sac", "action"):
             # the noise-space critic can only learn from transitions that have a noise action
             info = self.sac.update_many(lambda: online.sample(bs, rng))
         else:

@@ -28,7 +28,8 @@ examples:
 Rewards come from rewards/: the sim task's success predicate (1 at success, the episode ends).
 """)
     p.add_argument("--method", choices=["dsrl"], default="dsrl")
-    p.add_argument("--variant", choices=["na", "sac"], default=d["variant"], help="DSRL variant (default na)")
+    p.add_argument("--variant", choices=["na", "sac", "action"], default=d["variant"],
+                   help="DSRL variant: na (default), sac; action = the baseline, plain SAC on the raw action chunk")
     p.add_argument("--checkpoint", help="the VLA to steer (checkpoint or `vla train` run directory)")
     p.add_argument("--task", help="sim task; its success predicate is the reward")
     p.add_argument("--robot", default=d["robot"], help=f"site preset or YAML (default {d['robot']})")
@@ -43,6 +44,7 @@ Rewards come from rewards/: the sim task's success predicate (1 at success, the 
     p.add_argument("--warmup-steps", type=int, default=d["warmup_steps"], help="macro-steps of the base VLA first")
     p.add_argument("--utd", type=int, default=d["utd"], help="critic updates per macro-step")
     p.add_argument("--batch-size", type=int, default=d["batch_size"])
+    p.add_argument("--num-critics", type=int, default=d["num_critics"], help="critic ensemble size (RLPD 10)")
     p.add_argument("--eval-every", type=int, default=d["eval_every"], help="episodes between evaluations")
     p.add_argument("--eval-episodes", type=int, default=d["eval_episodes"])
     p.add_argument("--seed", type=int, default=0)
@@ -86,7 +88,7 @@ def run(args) -> int:
                        variant=args.variant, robot=args.robot, total_ticks=args.total_ticks,
                        max_episode_ticks=args.max_episode_ticks, exec_steps=args.exec_steps,
                        noise_bound=args.noise_bound, noise_dims=args.noise_dims, warmup_steps=args.warmup_steps,
-                       utd=args.utd, batch_size=args.batch_size, eval_every=args.eval_every,
+                       utd=args.utd, batch_size=args.batch_size, num_critics=args.num_critics, eval_every=args.eval_every,
                        eval_episodes=args.eval_episodes, seed=args.seed, threads=args.threads)
     vla = load_vla(resolve_checkpoint(cfg.checkpoint))
     site = load_site(cfg.robot)

@@ -48,7 +48,7 @@ class CompactVLAConfig:
     horizon: int = 8
     """Actions per chunk (H)."""
     cond_dim: int = 256
-    hidden: int = 512
+    hidden: int = 256
     depth: int = 3
     num_tokens: int = 0
     """Behaviour tokens (ExToken); 0 = none. Token 0 is always the null token."""

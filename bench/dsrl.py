@@ -1,0 +1,238 @@
+#!/usr/bin/env python
+"""DSRL benchmark: does steering the frozen compact VLA's noise lift its success rate, and how
+fast (in environment steps and wall clock)?
+
+For every task x method x seed this runs one `vla rl` session (a subprocess with its own sim
+bridge on its own ports, ``--jobs`` at a time) from the same frozen VLA checkpoint:
+
+* ``dsrl-na``  DSRL noise-aliased (action critic + distilled noise critic),
+* ``dsrl-sac`` DSRL with SAC directly in noise space,
+* ``sac-raw``  the baseline: plain SAC on the raw action chunk (the VLA only gives features),
+
+all with the same budget of environment steps (control ticks), and reads back each session's
+base-VLA evaluation (the plain VLA on the same evaluation seeds), its periodic deterministic
+evaluations (the learning curve) and its final evaluation. Reported per task and method: final
+success mean / min / max over seeds, the first tick at which an evaluation reached 90%, wall
+clock. Goal (issue "DSRL"): >= 90% within 10K steps for both DSRL variants.
+
+Writes ``bench/results/dsrl.json`` and ``dsrl.png`` (learning curves: mean over seeds with the
+min-max band, base VLA dashed).
+
+    .venv/bin/python bench/dsrl.py --checkpoint runs/vla_low --task pick_red_cube --task lift_green_cube
+    .venv/bin/python bench/dsrl.py --quick --checkpoint ... --task pick_red_cube   # smoke run
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as _dt
+import json
+import os
+import pathlib
+import platform
+import subprocess
+import sys
+import tempfile
+import time
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+import numpy as np  # noqa: E402
+import yaml  # noqa: E402
+
+METHODS = {"dsrl-na": "na", "dsrl-sac": "sac", "sac-raw": "action"}
+GOAL = {"success": 0.9, "ticks": 10_000}
+
+
+def site_with_ports(path: str, port0: int) -> str:
+    """A copy of the sim-franka-fast preset on ports port0 ... port0 + 5 (parallel sessions)."""
+    from robot_io.site import load_site
+
+    src = load_site("sim-franka-fast").path
+    with open(src) as f:
+        site = yaml.safe_load(f)
+    ports = iter(range(port0, port0 + 10))
+    for dev in site["devices"].values():
+        for key in ("command", "stream"):
+            if key in dev:
+                dev[key] = f"tcp://127.0.0.1:{next(ports)}"
+    site["name"] = f"bench-dsrl-{port0}"
+    with open(path, "w") as f:
+        yaml.safe_dump(site, f)
+    return path
+
+
+def launch(job: dict, site: str, args) -> subprocess.Popen:
+    cmd = [sys.executable, "-m", "vla.cli", "rl", "--checkpoint", args.checkpoint, "--task", job["task"],
+           "--variant", METHODS[job["method"]], "--out", job["out"], "--robot", site, "--seed", str(job["seed"]),
+           "--total-ticks", str(args.total_ticks), "--utd", str(args.utd), "--num-critics", str(args.num_critics),
+           "--batch-size", str(args.batch_size), "--eval-every", str(args.eval_every),
+           "--eval-episodes", str(args.eval_episodes), "--warmup-steps", str(args.warmup_steps),
+           "--noise-bound", str(args.noise_bound), "--threads", "1", "--serve", "always"]
+    if args.exec_steps:
+        cmd += ["--exec-steps", str(args.exec_steps)]
+    log = open(job["out"] + ".log", "w")
+    job["t0"] = time.perf_counter()
+    return subprocess.Popen(cmd, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT,
+                            env={**os.environ, "MUJOCO_GL": os.environ.get("MUJOCO_GL", "egl")})
+
+
+def collect(job: dict) -> dict:
+    out = job["out"]
+    res = {k: job[k] for k in ("task", "method", "seed")}
+    res["wall_s"] = job["wall_s"]
+    res["returncode"] = job["returncode"]
+    if job["returncode"] != 0:
+        with open(out + ".log") as f:
+            res["error"] = f.read()[-1500:]
+        return res
+    with open(os.path.join(out, "summary.json")) as f:
+        s = json.load(f)
+    evals = [json.loads(x) for x in open(os.path.join(out, "evals.jsonl"))] \
+        if os.path.isfile(os.path.join(out, "evals.jsonl")) else []
+    curve = [(0, s["base_success_rate"])] + [(e["total_ticks"], e["success_rate"]) for e in evals]
+    curve.append((s["ticks"], s["final_success_rate"]))
+    reached = next((t for t, r in curve[1:] if r >= GOAL["success"]), None)
+    res.update(base=s["base_success_rate"], final=s["final_success_rate"], ticks=s["ticks"], curve=curve,
+               first_tick_at_90=reached, vla_weights_unchanged=s["vla_weights_unchanged"])
+    return res
+
+
+def summarize(rows: list[dict]) -> dict:
+    out: dict = {}
+    for r in rows:
+        if "final" not in r:
+            continue
+        t = out.setdefault(r["task"], {})
+        m = t.setdefault(r["method"], {"final": [], "base": [], "wall_s": [], "first_tick_at_90": []})
+        m["final"].append(r["final"])
+        m["base"].append(r["base"])
+        m["wall_s"].append(r["wall_s"])
+        m["first_tick_at_90"].append(r["first_tick_at_90"])
+    for t in out.values():
+        for m in t.values():
+            f = np.asarray(m["final"])
+            m.update(final_mean=float(f.mean()), final_min=float(f.min()), final_max=float(f.max()),
+                     final_std=float(f.std()), base_mean=float(np.mean(m["base"])),
+                     wall_s_mean=float(np.mean(m["wall_s"])))
+    return out
+
+
+def plot(rows: list[dict], summary: dict, path: pathlib.Path, title: str) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    tasks = list(summary)
+    fig, axes = plt.subplots(1, max(1, len(tasks)), figsize=(5.2 * max(1, len(tasks)), 3.8), squeeze=False)
+    colors = {"dsrl-na": "#c44e52", "dsrl-sac": "#4c72b0", "sac-raw": "#8c8c8c"}
+    for ax, task in zip(axes[0], tasks):
+        base = None
+        for method in METHODS:
+            runs = [r for r in rows if r["task"] == task and r["method"] == method and "curve" in r]
+            if not runs:
+                continue
+            grid = np.array(sorted({t for r in runs for t, _ in r["curve"]}))
+            ys = np.stack([np.interp(grid, [t for t, _ in r["curve"]], [v for _, v in r["curve"]]) for r in runs]) * 100
+            ax.plot(grid, ys.mean(0), color=colors[method], lw=2, label=f"{method} (n={len(runs)})")
+            ax.fill_between(grid, ys.min(0), ys.max(0), color=colors[method], alpha=0.15)
+            base = np.mean([r["base"] for r in runs]) * 100
+        if base is not None:
+            ax.axhline(base, color="k", ls="--", lw=1, label=f"base VLA {base:.0f}%")
+        ax.axhline(GOAL["success"] * 100, color="g", ls=":", lw=1, label="goal 90%")
+        ax.set_title(task, fontsize=10)
+        ax.set_xlabel("environment steps (control ticks)")
+        ax.set_ylabel("eval success (%)")
+        ax.set_ylim(-3, 103)
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=7)
+    fig.suptitle(title, fontsize=9)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--checkpoint", required=True, help="the frozen VLA (a `vla train` run or checkpoint)")
+    ap.add_argument("--task", action="append", dest="tasks", required=True)
+    ap.add_argument("--methods", nargs="+", default=list(METHODS), choices=list(METHODS))
+    ap.add_argument("--seeds", type=int, default=3)
+    ap.add_argument("--total-ticks", type=int, default=GOAL["ticks"])
+    ap.add_argument("--utd", type=int, default=20)
+    ap.add_argument("--num-critics", type=int, default=10)
+    ap.add_argument("--batch-size", type=int, default=256)
+    ap.add_argument("--warmup-steps", type=int, default=100)
+    ap.add_argument("--noise-bound", type=float, default=1.5)
+    ap.add_argument("--exec-steps", type=int, default=None)
+    ap.add_argument("--eval-every", type=int, default=10, help="episodes between evaluations")
+    ap.add_argument("--eval-episodes", type=int, default=20)
+    ap.add_argument("--jobs", type=int, default=2, help="sessions run in parallel (one sim bridge each)")
+    ap.add_argument("--quick", action="store_true", help="1 seed, 96 ticks, tiny updates: a smoke run")
+    ap.add_argument("--out", type=pathlib.Path, default=ROOT / "bench" / "results")
+    ap.add_argument("--work", default=None, help="where the session run directories go (default a temp dir)")
+    args = ap.parse_args(argv)
+    if args.quick:
+        args.seeds, args.total_ticks, args.utd, args.num_critics, args.batch_size = 1, 96, 1, 2, 8
+        args.warmup_steps, args.eval_every, args.eval_episodes = 2, 0, 1
+    work = args.work or tempfile.mkdtemp(prefix="bench-dsrl-")
+    os.makedirs(work, exist_ok=True)
+    jobs = [{"task": t, "method": m, "seed": s, "out": os.path.join(work, f"{t}-{m}-s{s}")}
+            for t in args.tasks for s in range(args.seeds) for m in args.methods]
+    sites = [site_with_ports(os.path.join(work, f"site{i}.yaml"), 5700 + 20 * i) for i in range(args.jobs)]
+    running: dict[int, tuple[dict, subprocess.Popen]] = {}
+    pending, done = list(jobs), []
+    t_start = time.perf_counter()
+    while pending or running:
+        for slot in range(args.jobs):
+            if slot not in running and pending:
+                job = pending.pop(0)
+                running[slot] = (job, launch(job, sites[slot], args))
+                print(f"[{time.perf_counter() - t_start:7.0f} s] start {job['task']} {job['method']} seed {job['seed']}",
+                      flush=True)
+        for slot, (job, proc) in list(running.items()):
+            if proc.poll() is not None:
+                job["returncode"], job["wall_s"] = proc.returncode, time.perf_counter() - job["t0"]
+                r = collect(job)
+                done.append(r)
+                del running[slot]
+                msg = f"final {r['final']:.0%} (base {r['base']:.0%})" if "final" in r else f"FAILED rc={proc.returncode}"
+                print(f"[{time.perf_counter() - t_start:7.0f} s] done  {job['task']} {job['method']} seed {job['seed']}: "
+                      f"{msg}, {job['wall_s']:.0f} s", flush=True)
+        time.sleep(1.0)
+    summary = summarize(done)
+    goals = {}
+    for task, ms in summary.items():
+        for method in ("dsrl-na", "dsrl-sac"):
+            if method in ms:
+                m = ms[method]
+                met = all(x is not None and x <= GOAL["ticks"] for x in m["first_tick_at_90"]) and \
+                    len(m["first_tick_at_90"]) >= 3
+                goals[f"{task}/{method}"] = {"goal": ">= 90% within 10K ticks, 3 seeds",
+                                             "final_mean": m["final_mean"], "seeds": len(m["final"]),
+                                             "first_tick_at_90": m["first_tick_at_90"], "met": met}
+    res = {"bench": "dsrl", "quick": args.quick, "date": _dt.datetime.now().isoformat(timespec="seconds"),
+           "machine": {"cpu_count": os.cpu_count(), "platform": platform.platform()},
+           "settings": {k: getattr(args, k) for k in ("checkpoint", "tasks", "methods", "seeds", "total_ticks", "utd",
+                                                       "num_critics", "batch_size", "warmup_steps", "noise_bound",
+                                                       "exec_steps", "eval_every", "eval_episodes", "jobs")},
+           "wall_s_total": time.perf_counter() - t_start, "summary": summary, "goals": goals, "runs": done}
+    args.out.mkdir(parents=True, exist_ok=True)
+    with open(args.out / "dsrl.json", "w") as f:
+        json.dump(res, f, indent=2)
+    plot(done, summary, args.out / "dsrl.png",
+         f"DSRL on the frozen compact VLA: {args.total_ticks} ticks, UTD {args.utd}, {args.num_critics} critics, "
+         f"{args.seeds} seed(s), {args.eval_episodes} eval episodes")
+    for task, ms in summary.items():
+        for method, m in ms.items():
+            print(f"{task:<18} {method:<9} final {m['final_mean']:.0%} [{m['final_min']:.0%}, {m['final_max']:.0%}] "
+                  f"base {m['base_mean']:.0%}  wall {m['wall_s_mean'] / 60:.1f} min")
+    print(f"wrote {args.out / 'dsrl.json'} and dsrl.png")
+    return 0 if all("final" in r for r in done) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

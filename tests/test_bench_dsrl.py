@@ -1,0 +1,36 @@
+"""bench/dsrl.py --quick runs sessions through `vla rl` in parallel and writes the full report."""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_bench_dsrl_quick(tmp_path):
+    pytest.importorskip("lerobot")
+    import torch
+
+    from vla.models.compact import CompactVLA, CompactVLAConfig
+
+    torch.manual_seed(0)
+    m = CompactVLA(CompactVLAConfig(image_size=64, hidden=64, cond_dim=64, keypoints=8, pretrained=False))
+    m.set_normalization(np.zeros(8), np.ones(8), -np.full(7, 0.02), np.full(7, 0.02))
+    m.save(str(tmp_path / "ckpt"))
+    r = subprocess.run([sys.executable, str(ROOT / "bench" / "dsrl.py"), "--quick", "--checkpoint", str(tmp_path / "ckpt"),
+                        "--task", "pick_red_cube", "--methods", "dsrl-na", "sac-raw", "--out", str(tmp_path / "res"),
+                        "--work", str(tmp_path / "work")], cwd=ROOT, capture_output=True, text=True, timeout=280)
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
+    res = json.loads((tmp_path / "res" / "dsrl.json").read_text())
+    assert {x["method"] for x in res["runs"]} == {"dsrl-na", "sac-raw"}
+    for run in res["runs"]:
+        # a session stops at the first episode boundary past the budget (one 100-tick episode here)
+        assert run["ticks"] == 100 and 0 <= run["final"] <= 1 and run["vla_weights_unchanged"]
+        assert run["curve"][0][0] == 0 and run["curve"][-1][0] == 100
+    assert set(res["summary"]["pick_red_cube"]) == {"dsrl-na", "sac-raw"}
+    assert res["goals"]["pick_red_cube/dsrl-na"]["met"] is False  # 96 ticks and one seed cannot meet it
+    assert (tmp_path / "res" / "dsrl.png").stat().st_size > 10_000
