@@ -81,6 +81,9 @@ def throughput(mode: str, batch: int, steps: int, threads: int) -> dict:
     gen = torch.Generator().manual_seed(0)
     hw = m.cfg.image_size // 16
     fm = {c: torch.randn(4 * batch, m.trunk.out_channels, hw, hw).half() for c in m.cfg.cameras}
+    if m.trunk.fine_channels:
+        fm.update({c + "@fine": torch.randn(4 * batch, m.trunk.fine_channels, 2 * hw, 2 * hw).half()
+                   for c in m.cfg.cameras})
     imgs = {c: torch.randint(0, 255, (4 * batch, 96, 96, 3), dtype=torch.uint8) for c in m.cfg.cameras}
     times = []
     for i in range(steps + 2):
@@ -88,7 +91,7 @@ def throughput(mode: str, batch: int, steps: int, threads: int) -> dict:
         idx = torch.randint(0, 4 * batch, (batch,), generator=gen)
         b = {"state": torch.randn(batch, 8), "text": torch.randn(batch, 384), "action": torch.rand(batch, 8, 7)}
         if mode == "frozen":
-            b["fmaps"] = {c: fm[c][idx].float() for c in m.cfg.cameras}
+            b["fmaps"] = {k: f[idx].float() for k, f in fm.items()}
         else:
             b["fmaps"] = m.trunk_features({c: color_jitter(random_shift(imgs[c][idx], 4, gen), 0.15, gen)
                                            for c in m.cfg.cameras})

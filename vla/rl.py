@@ -73,7 +73,8 @@ class Session:
                         gamma=cfg.gamma, init_temperature=cfg.init_temperature, backup_entropy=cfg.backup_entropy)
         self.agent = DSRLAgent(self.vla, DSRLConfig(variant=cfg.variant, noise_bound=cfg.noise_bound,
                                                     noise_dims=cfg.noise_dims, exec_steps=cfg.exec_steps,
-                                                    warmup_steps=cfg.warmup_steps, sac=sac), seed=cfg.seed)
+                                                    warmup_steps=cfg.warmup_steps, distill_steps=cfg.distill_steps,
+                                                    sac=sac), seed=cfg.seed)
         self.max_ticks = cfg.max_episode_ticks or getattr(env, "max_ticks", None) or 100
         spec = {"feat": ((self.agent.feat_dim,), np.float32)}
         extras = {"chunk": ((self.agent.exec_steps, self.agent.a), np.float32)}

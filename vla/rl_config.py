@@ -31,6 +31,8 @@ class RLConfig:
     noise_dims: int | None = None
     warmup_steps: int = 100
     """Macro-steps of the base VLA (w ~ N(0, I)) before learning starts."""
+    distill_steps: int = 10
+    """DSRL-NA: noise-critic distillation steps per update round (the paper: 10)."""
     utd: int = 20
     batch_size: int = 256
     num_critics: int = 10

@@ -51,7 +51,7 @@ class TrainData:
     text_emb: torch.Tensor       # [T, 384]
     instructions: list[str]
     images: dict[str, torch.Tensor]  # cam -> uint8 [N, s, s, 3]
-    fmaps: dict[str, torch.Tensor] | None = None  # cam -> float16 [V, N, C, h, w] (view 0 = original)
+    fmaps: dict[str, torch.Tensor] | None = None  # map name -> float16 [V, N, C, h, w] (view 0 = original)
     episodes: int = 0
 
 
@@ -99,19 +99,22 @@ def cache_features(model, data: TrainData, cfg: TrainConfig, path: str) -> dict[
     total = (1 + cfg.aug_views) * n
     bar = tqdm(total=total, desc="cache trunk features", unit="frame")
     for v in range(1 + cfg.aug_views):
-        out = {}
+        out: dict[str, torch.Tensor] = {}
         for cam, imgs in data.images.items():
-            parts = []
+            parts: dict[str, list[torch.Tensor]] = {}
             for i in range(0, n, 128):
                 x = imgs[i:i + 128]
                 if v > 0:
                     x = augment(x, cfg, gen)
-                parts.append(model.trunk(x).half())
+                fine, coarse = model.trunk(x)
+                parts.setdefault(cam, []).append(coarse.half())
+                if fine is not None:
+                    parts.setdefault(cam + "@fine", []).append(fine.half())
                 bar.update(len(x) / len(data.images))
-            out[cam] = torch.cat(parts)
+            out.update({k: torch.cat(p) for k, p in parts.items()})
         views.append(out)
     bar.close()
-    fmaps = {cam: torch.stack([v[cam] for v in views]) for cam in data.images}
+    fmaps = {k: torch.stack([v[k] for v in views]) for k in views[0]}
     tmp = path + ".tmp"
     torch.save({"n": n, "views": 1 + cfg.aug_views, "fmaps": fmaps}, tmp)
     os.replace(tmp, path)
@@ -327,7 +330,7 @@ def train(cfg: TrainConfig, resume: bool = False, progress: bool = True) -> dict
             batch: dict[str, Any] = {"state": state, "action": data.chunks[idx], "text": data.text_emb[data.text_idx[idx]]}
             if data.fmaps is not None:
                 view = torch.randint(0, 1 + cfg.aug_views, (cfg.batch_size,), generator=gen)
-                batch["fmaps"] = {c: data.fmaps[c][view, idx].float() for c in cams}
+                batch["fmaps"] = {k: f[view, idx].float() for k, f in data.fmaps.items()}
             else:
                 imgs = {c: augment(data.images[c][idx], cfg, gen) for c in cams}
                 batch["fmaps"] = model.trunk_features(imgs)

@@ -43,6 +43,7 @@ Rewards come from rewards/: the sim task's success predicate (1 at success, the 
     p.add_argument("--noise-dims", type=int, default=None, help="A: one A-dim noise row tiled over the chunk")
     p.add_argument("--warmup-steps", type=int, default=d["warmup_steps"], help="macro-steps of the base VLA first")
     p.add_argument("--utd", type=int, default=d["utd"], help="critic updates per macro-step")
+    p.add_argument("--distill-steps", type=int, default=d["distill_steps"], help="NA: noise-critic distillation steps")
     p.add_argument("--batch-size", type=int, default=d["batch_size"])
     p.add_argument("--num-critics", type=int, default=d["num_critics"], help="critic ensemble size (RLPD 10)")
     p.add_argument("--eval-every", type=int, default=d["eval_every"], help="episodes between evaluations")
@@ -88,8 +89,8 @@ def run(args) -> int:
                        variant=args.variant, robot=args.robot, total_ticks=args.total_ticks,
                        max_episode_ticks=args.max_episode_ticks, exec_steps=args.exec_steps,
                        noise_bound=args.noise_bound, noise_dims=args.noise_dims, warmup_steps=args.warmup_steps,
-                       utd=args.utd, batch_size=args.batch_size, num_critics=args.num_critics, eval_every=args.eval_every,
-                       eval_episodes=args.eval_episodes, seed=args.seed, threads=args.threads)
+                       distill_steps=args.distill_steps, utd=args.utd, batch_size=args.batch_size,
+                       num_critics=args.num_critics, eval_every=args.eval_every, eval_episodes=args.eval_episodes, seed=args.seed, threads=args.threads)
     vla = load_vla(resolve_checkpoint(cfg.checkpoint))
     site = load_site(cfg.robot)
     os.makedirs(cfg.out, exist_ok=True)

@@ -7,8 +7,9 @@
 
 * The trunk is ImageNet EfficientNet-Lite0 cut at stride 16 (``vision_blocks``); it is the
   "backbone" that the training mode (frozen / LoRA / full) applies to. Each camera has its own
-  small trainable neck: two 1x1 convs, then spatial-softmax keypoints (where) and a projection of
-  the flattened map (what).
+  small trainable neck: spatial-softmax keypoints of 1x1-conv channels of the stride-8 map
+  (``fine_blocks``: where things are, to a few pixels) and a projection of the stride-16 map
+  (what they are).
 * Actions are normalised to [-1, 1] per dimension with the training data's min / max before the
   flow head sees them; states are standardised. The statistics live in buffers and therefore in
   every checkpoint.
@@ -41,6 +42,8 @@ class CompactVLAConfig:
     """Images are resized to image_size x image_size before the trunk."""
     vision_blocks: int = 11
     """EfficientNet-Lite0 MBConv blocks kept (11: stride 16, 112 channels)."""
+    fine_blocks: int = 5
+    """The keypoints read the map after this many blocks (5: stride 8, 40 channels); 0 = the last map."""
     keypoints: int = 32
     """Spatial-softmax keypoints per camera."""
     state_dim: int = 8
@@ -93,16 +96,23 @@ class SpatialSoftmax(nn.Module):
 
 
 class CameraNeck(nn.Module):
-    def __init__(self, c_in: int, hw: int, keypoints: int, out: int = 128) -> None:
+    """Keypoints (spatial softmax of 1x1-conv channels) from the fine map, a projection of the
+    coarse map; -> [B, 2 K + out]."""
+
+    def __init__(self, c_coarse: int, hw_coarse: int, c_fine: int, hw_fine: int, keypoints: int,
+                 out: int = 128) -> None:
         super().__init__()
-        self.conv = nn.Sequential(nn.Conv2d(c_in, 64, 1), nn.SiLU(), nn.Conv2d(64, keypoints, 1))
-        self.softmax = SpatialSoftmax(hw, hw)
-        self.proj = nn.Linear(keypoints * hw * hw, out)
+        c_kp, hw_kp = (c_fine, hw_fine) if c_fine else (c_coarse, hw_coarse)
+        self.kp = nn.Sequential(nn.Conv2d(c_kp, 64, 1), nn.SiLU(), nn.Conv2d(64, keypoints, 1))
+        self.softmax = SpatialSoftmax(hw_kp, hw_kp)
+        self.reduce = nn.Conv2d(c_coarse, 32, 1)
+        self.proj = nn.Linear(32 * hw_coarse * hw_coarse, out)
+        self.use_fine = bool(c_fine)
         self.out_dim = 2 * keypoints + out
 
-    def forward(self, fmap: torch.Tensor) -> torch.Tensor:
-        f = self.conv(fmap)
-        return torch.cat([self.softmax(f), F.silu(self.proj(f.flatten(1)))], dim=-1)
+    def forward(self, coarse: torch.Tensor, fine: torch.Tensor | None) -> torch.Tensor:
+        kp = self.softmax(self.kp(fine if self.use_fine else coarse))
+        return torch.cat([kp, F.silu(self.proj(F.silu(self.reduce(coarse)).flatten(1)))], dim=-1)
 
 
 class CompactVLA(VLA):
@@ -113,9 +123,10 @@ class CompactVLA(VLA):
         super().__init__()
         self.cfg = cfg
         self.text = TextEncoder()  # not a submodule: never trained, never checkpointed
-        self.trunk = EfficientNetTrunk(cfg.vision_blocks, pretrained=cfg.pretrained)
+        self.trunk = EfficientNetTrunk(cfg.vision_blocks, pretrained=cfg.pretrained, fine_blocks=cfg.fine_blocks)
         hw = cfg.image_size // 16
-        self.necks = nn.ModuleDict({c: CameraNeck(self.trunk.out_channels, hw, cfg.keypoints) for c in cfg.cameras})
+        self.necks = nn.ModuleDict({c: CameraNeck(self.trunk.out_channels, hw, self.trunk.fine_channels, hw * 2,
+                                                  cfg.keypoints) for c in cfg.cameras})
         vis = sum(n.out_dim for n in self.necks.values())
         self.text_proj = nn.Linear(TEXT_DIM, 128)
         self.state_proj = nn.Linear(cfg.state_dim, 64)
@@ -184,17 +195,21 @@ class CompactVLA(VLA):
         return {c: resize_uint8(images[c], self.cfg.image_size) for c in self.cfg.cameras}
 
     def trunk_features(self, images: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-        """uint8 images (already at image_size) -> trunk maps per camera, all cameras in one batch."""
+        """uint8 images (already at image_size) -> trunk maps, all cameras in one batch:
+        ``{camera: coarse map, camera + "@fine": fine map}`` (the second only with fine_blocks)."""
         cams = list(self.cfg.cameras)
-        x = torch.cat([images[c] for c in cams])
-        f = self.trunk(x)
-        return dict(zip(cams, f.chunk(len(cams))))
+        fine, coarse = self.trunk(torch.cat([images[c] for c in cams]))
+        out = dict(zip(cams, coarse.chunk(len(cams))))
+        if fine is not None:
+            out.update(zip([c + "@fine" for c in cams], fine.chunk(len(cams))))
+        return out
 
     def cond_from_features(self, fmaps: dict[str, torch.Tensor], state: torch.Tensor,
                            text: torch.Tensor) -> torch.Tensor:
         if state.shape[-1] != self.cfg.state_dim:
             raise ValueError(f"observation 'state' must have {self.cfg.state_dim} dims, got {state.shape[-1]}")
-        vis = [self.necks[c](fmaps[c].float()) for c in self.cfg.cameras]
+        vis = [self.necks[c](fmaps[c].float(), fmaps[c + "@fine"].float() if c + "@fine" in fmaps else None)
+               for c in self.cfg.cameras]
         s = (state - self.state_mean) / self.state_std
         return self.fuse(torch.cat(vis + [self.text_proj(text), self.state_proj(s)], dim=-1))
 

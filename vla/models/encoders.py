@@ -75,9 +75,11 @@ def resize_uint8(images: torch.Tensor, size: int) -> torch.Tensor:
 class EfficientNetTrunk(nn.Module):
     """EfficientNet-Lite0 stem + the first ``blocks`` MBConv blocks, ImageNet weights.
 
-    Input uint8 [B, H, W, 3]; output float [B, C, H/16, W/16] (C = 112 for blocks = 11)."""
+    Input uint8 [B, H, W, 3]; output ``(fine, coarse)``: the map after ``fine_blocks`` blocks
+    (stride 8, 40 channels for 5: *where* things are, finely) and after ``blocks`` blocks
+    (stride 16, 112 channels for 11: *what* they are). ``fine_blocks = 0``: ``fine`` is None."""
 
-    def __init__(self, blocks: int = 11, pretrained: bool = True) -> None:
+    def __init__(self, blocks: int = 11, pretrained: bool = True, fine_blocks: int = 5) -> None:
         super().__init__()
         from efficientnet_lite_pytorch import EfficientNet
 
@@ -102,15 +104,22 @@ class EfficientNetTrunk(nn.Module):
                 if hasattr(b, name):
                     setattr(b, name, _plain_conv(getattr(b, name)))
         self.out_channels = int(net._blocks[blocks - 1]._project_conv.out_channels)
+        if not 0 <= fine_blocks < blocks:
+            raise ValueError(f"fine_blocks must be in [0, {blocks}), got {fine_blocks}")
+        self.fine_blocks = fine_blocks
+        self.fine_channels = int(net._blocks[fine_blocks - 1]._project_conv.out_channels) if fine_blocks else 0
         self.register_buffer("mean", torch.tensor(IMAGENET_MEAN).view(1, 3, 1, 1) * 255.0, persistent=False)
         self.register_buffer("std", torch.tensor(IMAGENET_STD).view(1, 3, 1, 1) * 255.0, persistent=False)
 
-    def forward(self, images: torch.Tensor) -> torch.Tensor:
+    def forward(self, images: torch.Tensor) -> tuple[torch.Tensor | None, torch.Tensor]:
         x = (images.permute(0, 3, 1, 2).float() - self.mean) / self.std
         x = self.act(self.stem(x))
-        for b in self.blocks:
+        fine = None
+        for i, b in enumerate(self.blocks):
             x = b(x)
-        return x
+            if i + 1 == self.fine_blocks:
+                fine = x
+        return fine, x
 
 
 def _plain_conv(conv: nn.Conv2d) -> nn.Conv2d:
