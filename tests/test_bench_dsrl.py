@@ -22,7 +22,7 @@ def test_bench_dsrl_quick(tmp_path):
     m.set_normalization(np.zeros(8), np.ones(8), -np.full(7, 0.02), np.full(7, 0.02))
     m.save(str(tmp_path / "ckpt"))
     r = subprocess.run([sys.executable, str(ROOT / "bench" / "dsrl.py"), "--quick", "--checkpoint", str(tmp_path / "ckpt"),
-                        "--task", "pick_red_cube", "--methods", "dsrl-na", "sac-raw", "--out", str(tmp_path / "res"),
+                        "--task", "pick_red_cube", "--methods", "dsrl-na", "sac-raw", "--jobs", "2", "--out", str(tmp_path / "res"),
                         "--work", str(tmp_path / "work")], cwd=ROOT, capture_output=True, text=True, timeout=280)
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
     res = json.loads((tmp_path / "res" / "dsrl.json").read_text())

@@ -26,7 +26,70 @@ def add_parser(sub, name: str, help_: str) -> None:
     p.add_argument("--control-hz", type=float, default=10.0, help="control rate of the scripted motion (default 10)")
     p.add_argument("--seed", type=int, default=0, help="scene seed (object placement)")
     p.add_argument("--frame-every", type=int, default=10, help="save camera frames every N control steps (default 10)")
+    p.add_argument("--slice", action="store_true",
+                   help="the whole slice instead: record scripted demos, train the compact VLA, run a DSRL "
+                        "session, print base-vs-DSRL success (~15 min on 2 CPU cores; --full for the full length)")
+    p.add_argument("--full", action="store_true", help="with --slice: full-length settings (60 demos per task, "
+                   "3 tasks, 6000 SFT steps, 10000 RL ticks; hours on a CPU)")
+    p.add_argument("--task", default="pick_red_cube", help="with --slice: the task DSRL is run on")
     p.set_defaults(run=run)
+
+
+SLICE = {  # quick (default) and --full settings of `vla demo --slice`
+    "quick": {"tasks": ["pick_red_cube"], "episodes": 30, "quality": 0.5, "steps": 2000, "ticks": 1600,
+              "eval_episodes": 10, "utd": 4, "critics": 2, "eval_every": 5},
+    "full": {"tasks": ["pick_red_cube", "lift_green_cube", "pick_blue_cube"], "episodes": 60, "quality": 0.5,
+             "steps": 6000, "ticks": 10_000, "eval_episodes": 20, "utd": 20, "critics": 10, "eval_every": 10},
+}
+
+
+def run_slice(args) -> int:
+    """record -> train -> DSRL on the fast sim Franka, each step through its own `vla` subcommand."""
+    import json as _json
+
+    from robot_io.site import load_site
+    from vla.cli import main as vla_main
+    from vla.commands._bridge import running_bridge
+
+    cfg = SLICE["full" if args.full else "quick"]
+    tasks = list(dict.fromkeys([args.task] + cfg["tasks"])) if args.full else [args.task]
+    run_dir = os.path.join(args.out, "slice-" + dt.datetime.now().strftime("%Y%m%d-%H%M%S"))
+    os.makedirs(run_dir, exist_ok=True)
+    site = load_site("sim-franka-fast")
+    t0 = time.monotonic()
+
+    def step(title: str, argv: list[str]) -> None:
+        print(f"\n== {title} ({(time.monotonic() - t0) / 60:.1f} min in)\n   vla {' '.join(argv)}", flush=True)
+        rc = vla_main(argv)
+        if rc != 0:
+            raise RuntimeError(f"`vla {argv[0]}` failed with exit code {rc}")
+
+    with running_bridge(site, os.path.join(run_dir, "bridge.log"), start="auto"):
+        datasets = []
+        for t in tasks:
+            root = os.path.join(run_dir, "data", t)
+            step(f"record {cfg['episodes']} scripted demos of {t} (expert quality {cfg['quality']}, failures kept)",
+                 ["record", "--robot", "sim-franka-fast", "--task", t, "--teleop", "scripted", "--expert-quality",
+                  str(cfg["quality"]), "--keep-failures", "--episodes", str(cfg["episodes"]), "--root", root,
+                  "--serve", "never"])
+            datasets += ["--dataset", root]
+        vla_dir = os.path.join(run_dir, "vla")
+        step("train the compact VLA", ["train", *datasets, "--out", vla_dir, "--steps", str(cfg["steps"]),
+                                       "--save-every", str(cfg["steps"] // 2), "--aug-views", "1", "--threads", "1"])
+        rl_dir = os.path.join(run_dir, "dsrl")
+        step(f"DSRL-NA on {args.task}", ["rl", "--checkpoint", vla_dir, "--task", args.task, "--out", rl_dir,
+                                         "--total-ticks", str(cfg["ticks"]), "--utd", str(cfg["utd"]),
+                                         "--num-critics", str(cfg["critics"]), "--eval-every", str(cfg["eval_every"]),
+                                         "--eval-episodes", str(cfg["eval_episodes"]), "--serve", "never"])
+    with open(os.path.join(rl_dir, "summary.json")) as f:
+        s = _json.load(f)
+    print(f"\n== done in {(time.monotonic() - t0) / 60:.1f} min: {run_dir}")
+    print(f"   {'policy':<22}{'success on ' + args.task:>26}")
+    print(f"   {'base VLA':<22}{s['base_success_rate']:>25.0%}  ({s['eval_episodes']} episodes)")
+    print(f"   {'DSRL-NA, ' + str(s['ticks']) + ' ticks':<22}{s['final_success_rate']:>25.0%}  ({s['eval_episodes']} episodes)")
+    print(f"   learning curve: {os.path.join(rl_dir, 'learning_curve.png')}")
+    print(f"   VLA loss curve: {os.path.join(vla_dir, 'loss_curve.png')}")
+    return 0
 
 
 def scripted_waypoints(start):
@@ -42,6 +105,8 @@ def scripted_waypoints(start):
 
 
 def run(args) -> int:
+    if args.slice:
+        return run_slice(args)
     import cv2
     import numpy as np
     from tqdm import tqdm
