@@ -275,7 +275,8 @@ def run_session(cfg: RLConfig, env, vla, resume: bool = False, operator: Operato
     recent: list[bool] = []
     try:
         while sess.ticks < cfg.total_ticks:
-            ep_seed = cfg.seed * 1_000_000 + sess.episode
+            # scenes apart from the recorder's seeds (0 ...) and the evaluation seeds (eval_seed_start ...)
+            ep_seed = 1_000_000 * (cfg.seed + 1) + sess.episode
             r = sess.run_episode(ep_seed)
             sess.episode += 1
             recent = (recent + [r["success"]])[-20:]
@@ -299,8 +300,7 @@ def run_session(cfg: RLConfig, env, vla, resume: bool = False, operator: Operato
                 sess.save()
             bar.n = min(sess.ticks, cfg.total_ticks)
             rate = (sess.ticks - ticks0) / max(time.perf_counter() - t0, 1e-9)
-            bar.set_postfix(ep=sess.episode, succ=f"{np.mean(recent):.0%}", tps=f"{rate:.1f}")
-            bar.refresh()
+            bar.set_postfix(ep=sess.episode, succ=f"{np.mean(recent):.0%}", tps=f"{rate:.1f}")  # also redraws
     finally:
         bar.close()
         tb.close()
