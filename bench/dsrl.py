@@ -67,7 +67,8 @@ def site_with_ports(path: str, port0: int) -> str:
 def launch(job: dict, site: str, args) -> subprocess.Popen:
     cmd = [sys.executable, "-m", "vla.cli", "rl", "--checkpoint", args.checkpoint, "--task", job["task"],
            "--variant", METHODS[job["method"]], "--out", job["out"], "--robot", site, "--seed", str(job["seed"]),
-           "--total-ticks", str(args.total_ticks), "--utd", str(args.utd), "--num-critics", str(args.num_critics),
+           "--total-ticks", str(args.total_ticks), "--utd", str(args.utd), "--distill-steps", str(args.distill_steps),
+           "--num-critics", str(args.num_critics),
            "--batch-size", str(args.batch_size), "--eval-every", str(args.eval_every),
            "--eval-episodes", str(args.eval_episodes), "--warmup-steps", str(args.warmup_steps),
            "--noise-bound", str(args.noise_bound), "--threads", "1", "--serve", "always"]
@@ -164,6 +165,7 @@ def main(argv=None) -> int:
     ap.add_argument("--total-ticks", type=int, default=GOAL["ticks"])
     ap.add_argument("--utd", type=int, default=20)
     ap.add_argument("--num-critics", type=int, default=10)
+    ap.add_argument("--distill-steps", type=int, default=10)
     ap.add_argument("--batch-size", type=int, default=256)
     ap.add_argument("--warmup-steps", type=int, default=100)
     ap.add_argument("--noise-bound", type=float, default=1.5)
@@ -177,7 +179,7 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     if args.quick:
         args.seeds, args.total_ticks, args.utd, args.num_critics, args.batch_size = 1, 96, 1, 2, 8
-        args.warmup_steps, args.eval_every, args.eval_episodes = 2, 0, 1
+        args.warmup_steps, args.eval_every, args.eval_episodes, args.distill_steps = 2, 0, 1, 1
     work = args.work or tempfile.mkdtemp(prefix="bench-dsrl-")
     os.makedirs(work, exist_ok=True)
     jobs = [{"task": t, "method": m, "seed": s, "out": os.path.join(work, f"{t}-{m}-s{s}")}
@@ -217,7 +219,8 @@ def main(argv=None) -> int:
     res = {"bench": "dsrl", "quick": args.quick, "date": _dt.datetime.now().isoformat(timespec="seconds"),
            "machine": {"cpu_count": os.cpu_count(), "platform": platform.platform()},
            "settings": {k: getattr(args, k) for k in ("checkpoint", "tasks", "methods", "seeds", "total_ticks", "utd",
-                                                       "num_critics", "batch_size", "warmup_steps", "noise_bound",
+                                                       "distill_steps", "num_critics", "batch_size", "warmup_steps",
+                                                       "noise_bound",
                                                        "exec_steps", "eval_every", "eval_episodes", "jobs")},
            "wall_s_total": time.perf_counter() - t_start, "summary": summary, "goals": goals, "runs": done}
     args.out.mkdir(parents=True, exist_ok=True)
