@@ -2,3 +2,17 @@ import os
 
 # MuJoCo reads MUJOCO_GL at first import: render headless (EGL) in every test.
 os.environ.setdefault("MUJOCO_GL", "egl")
+
+
+def save_tiny_vla(path: str, extra: dict | None = None) -> str:
+    """An untrained compact VLA small enough for sim tests (random trunk, 64 px), saved at ``path``."""
+    import numpy as np
+    import torch
+
+    from vla.models.compact import CompactVLA, CompactVLAConfig
+
+    torch.manual_seed(0)
+    m = CompactVLA(CompactVLAConfig(image_size=64, hidden=64, cond_dim=64, keypoints=8, pretrained=False))
+    m.set_normalization(np.zeros(8), np.ones(8), -np.full(7, 0.02), np.full(7, 0.02))
+    m.save(path, extra=extra)
+    return path

@@ -5,7 +5,6 @@ import subprocess
 import sys
 from pathlib import Path
 
-import numpy as np
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -13,14 +12,9 @@ ROOT = Path(__file__).resolve().parents[1]
 
 def test_bench_dsrl_quick(tmp_path):
     pytest.importorskip("lerobot")
-    import torch
+    from tests.conftest import save_tiny_vla
 
-    from vla.models.compact import CompactVLA, CompactVLAConfig
-
-    torch.manual_seed(0)
-    m = CompactVLA(CompactVLAConfig(image_size=64, hidden=64, cond_dim=64, keypoints=8, pretrained=False))
-    m.set_normalization(np.zeros(8), np.ones(8), -np.full(7, 0.02), np.full(7, 0.02))
-    m.save(str(tmp_path / "ckpt"))
+    save_tiny_vla(str(tmp_path / "ckpt"))
     r = subprocess.run([sys.executable, str(ROOT / "bench" / "dsrl.py"), "--quick", "--checkpoint", str(tmp_path / "ckpt"),
                         "--task", "pick_red_cube", "--methods", "dsrl-na", "sac-raw", "--jobs", "2", "--out", str(tmp_path / "res"),
                         "--work", str(tmp_path / "work")], cwd=ROOT, capture_output=True, text=True, timeout=280)

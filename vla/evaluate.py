@@ -46,7 +46,7 @@ def run_episode(env, policy: Callable[[dict], np.ndarray], seed: int, max_ticks:
     t0 = time.perf_counter()
     obs, _ = env.reset(seed=seed)
     if frames is not None:
-        frames.append(_frame(obs, 0, False))
+        frames.append(frame_image(obs, 0, False))
     ticks, success = 0, False
     while ticks < max_ticks:
         chunk = policy(obs)[: max_ticks - ticks]
@@ -54,14 +54,14 @@ def run_episode(env, policy: Callable[[dict], np.ndarray], seed: int, max_ticks:
         ticks += len(chunk)
         success = bool(info.get("success", reward > 0))
         if frames is not None:
-            frames.append(_frame(obs, ticks, success))
+            frames.append(frame_image(obs, ticks, success))
         if terminated or truncated:
             break
     task = getattr(getattr(env, "task", None), "name", "env")
     return EpisodeResult(task=task, seed=seed, success=success, ticks=ticks, wall_s=time.perf_counter() - t0)
 
 
-def _frame(obs: dict, tick: int, success: bool) -> np.ndarray:
+def frame_image(obs: dict, tick: int, success: bool) -> np.ndarray:
     import cv2
 
     imgs = [np.asarray(img) for _, img in sorted(obs["images"].items())]

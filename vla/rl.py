@@ -39,6 +39,7 @@ from typing import Any, Callable
 import numpy as np
 import torch
 
+from vla.envs import VLAPolicy
 from vla.rl_config import RLConfig
 
 Operator = Callable[[dict, dict], "np.ndarray | None"]
@@ -52,11 +53,6 @@ def weights_digest(model: torch.nn.Module) -> str:
         h.update(k.encode())
         h.update(v.detach().cpu().contiguous().numpy().tobytes())
     return h.hexdigest()
-
-
-def _obs_batch(obs: dict) -> dict:
-    return {"images": {c: np.asarray(img)[None] for c, img in obs["images"].items()},
-            "state": np.asarray(obs["state"], np.float32)[None], "instruction": [obs["instruction"]]}
 
 
 class Session:
@@ -134,23 +130,25 @@ class Session:
     def run_episode(self, seed: int, learn: bool = True, deterministic: bool = False, base: bool = False,
                     frames: list | None = None) -> dict[str, Any]:
         """One episode. ``learn``: store transitions and update; ``base``: the plain VLA (w ~ N(0, I))."""
+        if base and learn:
+            raise ValueError("base episodes evaluate the plain VLA; they cannot also learn")
         agent = self.agent
         obs, _ = self.env.reset(seed=seed)
-        feat = agent.embed(_obs_batch(obs))
+        feat = agent.embed(VLAPolicy.batch(obs))
         ticks = steps = interventions = 0
         success, ret, info = False, 0.0, {}
         last: dict[str, float] = {}
         while ticks < self.max_ticks:
-            warm = base or (learn and self.step < agent.cfg.warmup_steps)
-            w = agent.act(feat, self.rng, warmup=warm, deterministic=deterministic)
-            if base:  # the plain VLA, whatever the agent's variant
+            if base:  # the plain VLA with its own sampled noise, whatever the agent's variant
+                w = None
                 noise = torch.randn(1, *self.vla.noise_shape, generator=torch.Generator().manual_seed(seed * 1000 + steps))
-                chunk = self.vla.sample_actions_from_embedding(feat, noise=noise)[0, : agent.exec_steps]
                 chunk_n = self.vla.sample_actions_from_embedding(feat, noise=noise, normalized=True)[0, : agent.exec_steps]
             else:
-                chunk = agent.chunk(feat, w)[0, : agent.exec_steps]
+                warm = learn and self.step < agent.cfg.warmup_steps
+                w = agent.act(feat, self.rng, warmup=warm, deterministic=deterministic)
                 chunk_n = agent.chunk(feat, w, normalized=True)[0, : agent.exec_steps]
-            chunk = chunk[: self.max_ticks - ticks].numpy()
+            # one sampler run per macro-step: robot units from the normalised chunk
+            chunk = self.vla.unnormalize_actions(chunk_n)[: self.max_ticks - ticks].numpy()
             flagged = False
             if self.operator is not None and learn:
                 op = self.operator(obs, {"episode": self.episode, "step_in_episode": steps, "ticks_in_episode": ticks})
@@ -166,10 +164,10 @@ class Session:
             ret += r
             success = bool(info.get("success", r > 0))
             if frames is not None:
-                from vla.evaluate import _frame
+                from vla.evaluate import frame_image
 
-                frames.append(_frame(obs2, ticks, success))
-            feat2 = agent.embed(_obs_batch(obs2))
+                frames.append(frame_image(obs2, ticks, success))
+            feat2 = agent.embed(VLAPolicy.batch(obs2))
             if learn:
                 tr = dict(obs={"feat": feat[0].numpy()}, action=w[0].numpy().astype(np.float32), reward=float(r),
                           next_obs={"feat": feat2[0].numpy()}, done=bool(term),

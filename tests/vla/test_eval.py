@@ -61,15 +61,10 @@ def test_summarize_counts_per_task():
 def test_vla_eval_end_to_end_on_the_sim(tmp_path):
     """A random (untrained) compact VLA, 2 episodes: the report, the plot and a video are written."""
     pytest.importorskip("lerobot")
-    import torch
-
+    from tests.conftest import save_tiny_vla
     from vla.cli import main
-    from vla.models.compact import CompactVLA, CompactVLAConfig
 
-    torch.manual_seed(0)
-    m = CompactVLA(CompactVLAConfig(image_size=64, hidden=64, cond_dim=64, keypoints=8, pretrained=False))
-    m.set_normalization(np.zeros(8), np.ones(8), -np.full(7, 0.02), np.full(7, 0.02))
-    m.save(str(tmp_path / "ckpt"), extra={"sim_tasks": ["pick_red_cube"]})
+    save_tiny_vla(str(tmp_path / "ckpt"), extra={"sim_tasks": ["pick_red_cube"]})
     out = tmp_path / "eval"
     rc = main(["eval", "--checkpoint", str(tmp_path / "ckpt"), "--episodes", "2", "--videos", "1",
                "--out", str(out), "--threads", "1"])

@@ -23,14 +23,9 @@ SMALL = ["--max-episode-ticks", "16", "--warmup-steps", "2", "--utd", "1", "--ba
 
 @pytest.fixture(scope="module")
 def tiny_vla(tmp_path_factory) -> str:
-    from vla.models.compact import CompactVLA, CompactVLAConfig
+    from tests.conftest import save_tiny_vla
 
-    torch.manual_seed(0)
-    m = CompactVLA(CompactVLAConfig(image_size=64, hidden=64, cond_dim=64, keypoints=8, pretrained=False))
-    m.set_normalization(np.zeros(8), np.ones(8), -np.full(7, 0.02), np.full(7, 0.02))
-    path = str(tmp_path_factory.mktemp("vla") / "ckpt")
-    m.save(path)
-    return path
+    return save_tiny_vla(str(tmp_path_factory.mktemp("vla") / "ckpt"))
 
 
 def test_session_keeps_the_vla_frozen_and_records_interventions(tiny_vla, tmp_path):
@@ -91,12 +86,12 @@ def test_kill_and_resume_continues_from_the_same_step_and_replay(tiny_vla, tmp_p
     deadline = time.monotonic() + 240
     try:
         while time.monotonic() < deadline:
-            if state.is_file():
-                try:
-                    if json.loads(state.read_text())["episode"] >= 2:
-                        break
-                except (json.JSONDecodeError, KeyError):
-                    pass
+            try:
+                episode = json.loads(state.read_text())["episode"]
+            except FileNotFoundError:  # none yet, or save() is swapping the checkpoint directory in
+                episode = -1
+            if episode >= 2:
+                break
             assert proc.poll() is None, proc.stderr.read().decode()[-2000:]
             time.sleep(0.05)
         os.killpg(proc.pid, signal.SIGKILL)  # the session and its bridge, no cleanup
