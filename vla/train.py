@@ -255,9 +255,10 @@ def train(cfg: TrainConfig, resume: bool = False, progress: bool = True) -> dict
     text = TextEncoder()
     data, stats, cams = build_data(cfg, text)
     mcfg = CompactVLAConfig(cameras=tuple(cams), image_size=cfg.image_size, horizon=cfg.horizon,
-                            state_dim=data.state.shape[1], action_dim=data.chunks.shape[2], num_tokens=cfg.num_tokens)
+                            state_dim=data.state.shape[1], action_dim=data.chunks.shape[2], num_tokens=cfg.num_tokens,
+                            neck=cfg.neck)
     model = CompactVLA(mcfg)
-    model.set_normalization(**stats)
+    model.set_normalization(**stats, **CompactVLA.text_stats(data.text_emb))
     model.set_mode(cfg.mode, lora_rank=cfg.lora_rank, lora_alpha=cfg.lora_alpha, lora_targets=cfg.lora_targets)
     if cfg.mode == "frozen":
         data.fmaps = cache_features(model, data, cfg, os.path.join(run_dir, "features_cache.pt"))

@@ -28,6 +28,9 @@ class TrainConfig:
     cameras: tuple[str, ...] | None = None
     """Cameras to read (default: every camera of the first dataset)."""
     num_tokens: int = 0
+    neck: str = "film"
+    """Camera neck of the compact VLA: ``film`` (instruction-modulated convolutions -> keypoints) or
+    ``keypoints`` (1x1 convolutions -> keypoints; the first design, kept for its checkpoints)."""
     aug_views: int = 2
     """Frozen mode: augmented copies of every frame whose features are cached (besides the original)."""
     shift_pad: int = 4
@@ -56,6 +59,8 @@ class TrainConfig:
                 raise ValueError(f"{f} must be positive, got {getattr(self, f)}")
         if self.lr <= 0 or not 0 <= self.ema_decay < 1:
             raise ValueError(f"lr must be > 0 and ema_decay in [0, 1), got {self.lr}, {self.ema_decay}")
+        if self.neck not in ("film", "keypoints"):
+            raise ValueError(f"neck must be 'film' or 'keypoints', got {self.neck!r}")
         if not self.datasets:
             raise ValueError("give at least one --dataset")
 

@@ -188,3 +188,47 @@ def test_merge_lora_keeps_the_function_and_removes_the_adapters():
     assert not any("lora_" in k for k in m.state_dict())
     assert m.mode == "full"
     assert torch.allclose(before, m.sample_actions(obs(), noise=n), atol=1e-5)
+
+
+def test_film_neck_reads_the_instruction_and_round_trips(tmp_path):
+    m = make(neck="film")
+    texts = m.text(["pick up the red cube", "pick up the blue cube"])
+    m.set_normalization(np.zeros(8), np.ones(8), -np.ones(7) * 0.05, np.ones(7) * 0.05, **CompactVLA.text_stats(texts))
+    o = obs(1)
+    red, blue = dict(o, instruction=["pick up the red cube"]), dict(o, instruction=["pick up the blue cube"])
+    # The FiLM layer starts at identity; give it weights, as training would.
+    with torch.no_grad():
+        for neck in m.necks.values():
+            neck.film.weight.normal_(0, 0.5)
+    fm = m.trunk_features(m.preprocess_images({c: torch.from_numpy(v) for c, v in o["images"].items()}))
+    kp = {name: m.necks["front"](fm["front"], fm["front@fine"], m.normalize_text(m.text(i["instruction"])))
+          for name, i in (("red", red), ("blue", blue))}
+    assert not torch.allclose(kp["red"], kp["blue"], atol=1e-4)  # the same image, other keypoints
+    m.save(str(tmp_path / "film"))
+    loaded = CompactVLA.load(str(tmp_path / "film"))
+    assert loaded.cfg.neck == "film" and torch.equal(loaded.text_mean, m.text_mean)
+    n = torch.randn(1, *m.noise_shape)
+    for i in (red, blue):
+        assert torch.equal(m.sample_actions(i, noise=n), loaded.sample_actions(i, noise=n))
+
+
+def test_text_statistics_centre_the_training_instructions():
+    e = torch.tensor([[1.0, 0.0, 0.5], [0.8, 0.2, 0.5], [0.9, 0.1, 0.5]])
+    st = CompactVLA.text_stats(e)
+    centred = (e - st["text_mean"]) / st["text_scale"]
+    assert torch.allclose(centred.mean(0), torch.zeros(3), atol=1e-6)
+    assert math.isclose(float(centred.pow(2).sum(-1).mean()), 1.0, rel_tol=1e-5)  # unit RMS spread
+    assert float(CompactVLA.text_stats(e[:1])["text_scale"]) == 1.0  # one instruction: nothing to scale
+    with pytest.raises(ValueError, match="neck"):
+        CompactVLAConfig(neck="resnet")
+
+
+def test_checkpoints_from_before_text_statistics_still_load(tmp_path, model):
+    from safetensors.torch import load_file, save_file
+
+    model.save(str(tmp_path / "old"))
+    path = str(tmp_path / "old" / "model.safetensors")
+    state = {k: v for k, v in load_file(path).items() if k not in ("text_mean", "text_scale")}
+    save_file(state, path)
+    loaded = CompactVLA.load(str(tmp_path / "old"))
+    assert torch.equal(loaded.text_mean, torch.zeros_like(loaded.text_mean)) and float(loaded.text_scale) == 1.0

@@ -43,6 +43,9 @@ but the sentence encoder trains. The fusion and the action expert always train.
     p.add_argument("--camera", action="append", dest="cameras", metavar="NAME",
                    help="camera to read (repeat; default every camera of the first dataset)")
     p.add_argument("--num-tokens", type=int, default=0, help="behaviour tokens for ExToken (0 = none)")
+    p.add_argument("--neck", choices=["film", "keypoints"], default=d["neck"],
+                   help="camera neck: film = instruction-modulated convolutions -> keypoints (default), "
+                        "keypoints = 1x1 convolutions -> keypoints")
     p.add_argument("--aug-views", type=int, default=d["aug_views"],
                    help="frozen mode: augmented copies of each frame whose features are cached")
     p.add_argument("--lora-rank", type=int, default=d["lora_rank"])
@@ -75,7 +78,7 @@ def run(args) -> int:
         cfg = TrainConfig(datasets=tuple(args.dataset), out=args.out, mode=args.mode, steps=args.steps,
                           batch_size=args.batch_size, lr=args.lr, horizon=args.horizon, image_size=args.image_size,
                           cameras=tuple(args.cameras) if args.cameras else None, num_tokens=args.num_tokens,
-                          aug_views=args.aug_views, lora_rank=args.lora_rank,
+                          neck=args.neck, aug_views=args.aug_views, lora_rank=args.lora_rank,
                           lora_targets=tuple(args.lora_targets) if args.lora_targets else None,
                           save_every=args.save_every, max_minutes=args.max_minutes, seed=args.seed,
                           threads=args.threads)

@@ -32,6 +32,7 @@ from vla.models.encoders import EfficientNetTrunk, TextEncoder, TEXT_DIM, resize
 from vla.models.flow import FlowHeadConfig, FlowMatchingHead
 
 KIND = "compact-flow-vla"
+NECKS = ("keypoints", "film")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -59,6 +60,12 @@ class CompactVLAConfig:
     """Euler steps of the sampler."""
     pretrained: bool = True
     """Load ImageNet weights into the trunk (False only for tests)."""
+    neck: str = "keypoints"
+    """Per-camera neck: ``"keypoints"`` (1x1 convs -> spatial softmax) or ``"film"`` (two trainable
+    3x3 convs on the fine map, modulated by the instruction (FiLM), -> spatial softmax: the
+    keypoints can single out the object the instruction names)."""
+    neck_width: int = 32
+    """Channels of the ``"film"`` neck's convolutions."""
 
     def __post_init__(self) -> None:
         if not self.cameras:
@@ -67,6 +74,8 @@ class CompactVLAConfig:
                   "num_steps"):
             if getattr(self, f) <= 0:
                 raise ValueError(f"CompactVLAConfig.{f} must be positive, got {getattr(self, f)}")
+        if self.neck not in NECKS:
+            raise ValueError(f"CompactVLAConfig.neck must be one of {list(NECKS)}, got {self.neck!r}")
         if self.image_size % 16:
             raise ValueError(f"CompactVLAConfig.image_size must be a multiple of 16, got {self.image_size}")
 
@@ -110,8 +119,35 @@ class CameraNeck(nn.Module):
         self.use_fine = bool(c_fine)
         self.out_dim = 2 * keypoints + out
 
-    def forward(self, coarse: torch.Tensor, fine: torch.Tensor | None) -> torch.Tensor:
+    def forward(self, coarse: torch.Tensor, fine: torch.Tensor | None, text: torch.Tensor | None = None) -> torch.Tensor:
         kp = self.softmax(self.kp(fine if self.use_fine else coarse))
+        return torch.cat([kp, F.silu(self.proj(F.silu(self.reduce(coarse)).flatten(1)))], dim=-1)
+
+
+class FiLMCameraNeck(CameraNeck):
+    """Like :class:`CameraNeck`, but the keypoints come from two trainable 3x3 convolutions over
+    the fine map whose first output is scaled and shifted per channel by the instruction
+    embedding (FiLM, Perez et al. 2018): "the red cube" can light up other pixels than "the blue
+    cube". The FiLM layer starts at identity (zero init)."""
+
+    def __init__(self, c_coarse: int, hw_coarse: int, c_fine: int, hw_fine: int, keypoints: int,
+                 text_dim: int, width: int = 32, out: int = 128) -> None:
+        super().__init__(c_coarse, hw_coarse, c_fine, hw_fine, keypoints, out)
+        c_in = c_fine or c_coarse
+        self.kp = nn.Conv2d(width, keypoints, 1)
+        self.conv1 = nn.Conv2d(c_in, width, 3, padding=1)
+        self.conv2 = nn.Conv2d(width, width, 3, padding=1)
+        self.film = nn.Linear(text_dim, 2 * width)
+        nn.init.zeros_(self.film.weight)
+        nn.init.zeros_(self.film.bias)
+
+    def forward(self, coarse: torch.Tensor, fine: torch.Tensor | None, text: torch.Tensor | None = None) -> torch.Tensor:
+        if text is None:
+            raise ValueError("the FiLM neck needs the instruction embedding")
+        h = self.conv1(fine if self.use_fine else coarse)
+        gamma, beta = self.film(text).chunk(2, dim=-1)
+        h = F.silu(h * (1 + gamma[:, :, None, None]) + beta[:, :, None, None])
+        kp = self.softmax(self.kp(F.silu(self.conv2(h))))
         return torch.cat([kp, F.silu(self.proj(F.silu(self.reduce(coarse)).flatten(1)))], dim=-1)
 
 
@@ -125,8 +161,9 @@ class CompactVLA(VLA):
         self.text = TextEncoder()  # not a submodule: never trained, never checkpointed
         self.trunk = EfficientNetTrunk(cfg.vision_blocks, pretrained=cfg.pretrained, fine_blocks=cfg.fine_blocks)
         hw = cfg.image_size // 16
-        self.necks = nn.ModuleDict({c: CameraNeck(self.trunk.out_channels, hw, self.trunk.fine_channels, hw * 2,
-                                                  cfg.keypoints) for c in cfg.cameras})
+        args = (self.trunk.out_channels, hw, self.trunk.fine_channels, hw * 2, cfg.keypoints)
+        self.necks = nn.ModuleDict({c: FiLMCameraNeck(*args, text_dim=TEXT_DIM, width=cfg.neck_width)
+                                    if cfg.neck == "film" else CameraNeck(*args) for c in cfg.cameras})
         vis = sum(n.out_dim for n in self.necks.values())
         self.text_proj = nn.Linear(TEXT_DIM, 128)
         self.state_proj = nn.Linear(cfg.state_dim, 64)
@@ -140,6 +177,11 @@ class CompactVLA(VLA):
         self.register_buffer("state_std", torch.ones(cfg.state_dim))
         self.register_buffer("action_min", -torch.ones(cfg.action_dim))
         self.register_buffer("action_max", torch.ones(cfg.action_dim))
+        # Instruction embeddings are centred on the training instructions' mean and scaled by
+        # their spread: MiniLM puts "pick up the red cube" and "... blue cube" at cosine 0.8,
+        # and the colour word is what the policy must act on.
+        self.register_buffer("text_mean", torch.zeros(TEXT_DIM))
+        self.register_buffer("text_scale", torch.ones(1))
         self.mode = "full"
 
     def train(self, mode: bool = True) -> "CompactVLA":
@@ -168,9 +210,15 @@ class CompactVLA(VLA):
         return {"trunk": self.trunk}
 
     # -- normalisation ---------------------------------------------------------------------
-    def set_normalization(self, state_mean, state_std, action_min, action_max) -> None:
-        for name, v in (("state_mean", state_mean), ("state_std", state_std), ("action_min", action_min),
-                        ("action_max", action_max)):
+    def set_normalization(self, state_mean, state_std, action_min, action_max, text_mean=None,
+                          text_scale=None) -> None:
+        """Statistics of the training data. ``text_mean`` / ``text_scale``: mean of the training
+        instructions' embeddings and the root mean squared distance from it (``text_stats``)."""
+        pairs = [("state_mean", state_mean), ("state_std", state_std), ("action_min", action_min),
+                 ("action_max", action_max)]
+        if text_mean is not None:
+            pairs += [("text_mean", text_mean), ("text_scale", torch.as_tensor(text_scale, dtype=torch.float32).reshape(1))]
+        for name, v in pairs:
             v = torch.as_tensor(v, dtype=torch.float32)
             buf = getattr(self, name)
             if v.shape != buf.shape or not torch.isfinite(v).all():
@@ -179,6 +227,18 @@ class CompactVLA(VLA):
         self.state_std.clamp_(min=1e-3)
         span = (self.action_max - self.action_min).clamp(min=1e-4)
         self.action_max.copy_(self.action_min + span)
+
+    @staticmethod
+    def text_stats(embeddings: torch.Tensor) -> dict[str, torch.Tensor]:
+        """``text_mean`` / ``text_scale`` from the distinct training instructions' embeddings [T, 384]
+        (one instruction: nothing to tell apart, the scale stays 1)."""
+        e = torch.as_tensor(embeddings, dtype=torch.float32)
+        mean = e.mean(0)
+        spread = float((e - mean).pow(2).sum(-1).mean().sqrt()) if len(e) > 1 else 0.0
+        return {"text_mean": mean, "text_scale": torch.tensor([spread if spread > 1e-3 else 1.0])}
+
+    def normalize_text(self, text: torch.Tensor) -> torch.Tensor:
+        return (text - self.text_mean) / self.text_scale
 
     def normalize_actions(self, a: torch.Tensor) -> torch.Tensor:
         return 2 * (a - self.action_min) / (self.action_max - self.action_min) - 1
@@ -208,7 +268,8 @@ class CompactVLA(VLA):
                            text: torch.Tensor) -> torch.Tensor:
         if state.shape[-1] != self.cfg.state_dim:
             raise ValueError(f"observation 'state' must have {self.cfg.state_dim} dims, got {state.shape[-1]}")
-        vis = [self.necks[c](fmaps[c].float(), fmaps[c + "@fine"].float() if c + "@fine" in fmaps else None)
+        text = self.normalize_text(text)
+        vis = [self.necks[c](fmaps[c].float(), fmaps[c + "@fine"].float() if c + "@fine" in fmaps else None, text)
                for c in self.cfg.cameras]
         s = (state - self.state_mean) / self.state_std
         return self.fuse(torch.cat(vis + [self.text_proj(text), self.state_proj(s)], dim=-1))
@@ -294,6 +355,7 @@ class CompactVLA(VLA):
             model.set_mode("lora", lora_rank=lc["rank"], lora_alpha=lc["alpha"], lora_targets=lc["targets"])
         state = load_file(os.path.join(path, "model.safetensors"), device=map_location)
         missing, unexpected = model.load_state_dict(state, strict=False)
+        missing = [k for k in missing if k not in ("text_mean", "text_scale")]  # older checkpoints: identity
         if missing or unexpected:
             raise ValueError(f"checkpoint {path} does not match its config: missing {missing[:5]}, "
                              f"unexpected {unexpected[:5]}")
