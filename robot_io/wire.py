@@ -17,7 +17,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import time
-from typing import Any, Sequence
+from typing import Any, Mapping, Sequence
 
 import msgpack
 import numpy as np
@@ -145,9 +145,15 @@ def _buf(frame) -> memoryview:
     return frame.buffer if hasattr(frame, "buffer") else memoryview(frame)
 
 
-def decode(frames: Sequence) -> Message:
+def decode(frames: Sequence, types: Mapping[str, MessageType] | None = None,
+           version: int = PROTOCOL_VERSION) -> Message:
     """Frames -> Message, or ProtocolError naming the problem. Array frames are read zero-copy
-    (read-only views of the received buffers)."""
+    (read-only views of the received buffers).
+
+    ``types`` / ``version``: the schema and version to check against (default: the bridge's
+    ``MESSAGE_TYPES`` and ``PROTOCOL_VERSION``). Other links that use this framing, such as the
+    RL actor-learner link (``vla.rl_remote``), pass their own."""
+    types = MESSAGE_TYPES if types is None else types
     if not frames:
         raise ProtocolError("truncated", "empty multipart message")
     try:
@@ -157,17 +163,17 @@ def decode(frames: Sequence) -> Message:
     if not isinstance(header, dict):
         raise ProtocolError("bad_header", f"header must be a map, got {type(header).__name__}")
     v = header.get("v")
-    if v != PROTOCOL_VERSION:
-        raise ProtocolError("bad_version", f"unsupported protocol version {v!r} (this bridge speaks "
-                            f"v{PROTOCOL_VERSION})", "v")
+    if v != version:
+        raise ProtocolError("bad_version", f"unsupported protocol version {v!r} (this end speaks "
+                            f"v{version})", "v")
     for k in _COMMON:
         if k not in header:
             raise ProtocolError("bad_header", f"header is missing field {k!r}", k)
     mtype = header["type"]
-    spec = MESSAGE_TYPES.get(mtype) if isinstance(mtype, str) else None
+    spec = types.get(mtype) if isinstance(mtype, str) else None
     if spec is None:
         raise ProtocolError("unknown_type", f"unknown message type {mtype!r}; known: "
-                            f"{', '.join(sorted(MESSAGE_TYPES))}", "type")
+                            f"{', '.join(sorted(types))}", "type")
     for k in spec.fields:
         if k not in header:
             raise ProtocolError("bad_header", f"{mtype!r} message is missing field {k!r}", k)

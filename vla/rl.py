@@ -1,7 +1,11 @@
 """Online RL session on a robot (``vla rl``): an RL module steers a frozen VLA.
 
-In-process mode (actor and learner in one process; what simulation wants for speed). One
-episode at a time:
+In-process mode (``--role local``: actor and learner in one process; what simulation wants for
+speed) is ``run_session``. The distributed mode (``--role learner`` / ``--role actor``, in
+``vla.rl_remote``) runs the same ``Session`` code on two machines: the actor's ``run_episode``
+hands transitions to a ``sink`` that streams them to the learner, and the learner calls
+``store`` / ``learn`` / ``save`` / ``load`` and writes the run directory with ``RunLog`` and
+``write_summary``. One episode at a time:
 
     reset (sim: the task's scene from the episode seed; a real robot: the operator's reset)
     every macro-step: features <- VLA.embed(obs); w <- agent; chunk <- VLA(w); an operator may
@@ -56,13 +60,27 @@ def weights_digest(model: torch.nn.Module) -> str:
 
 
 class Session:
-    def __init__(self, cfg: RLConfig, env, vla, operator: Operator | None = None, progress: bool = True) -> None:
+    """The state of one RL session (agent, replay buffers, counters, RNG) and its rollout.
+
+    ``run_episode`` rolls the VLA + agent out and hands every transition to ``record``, which by
+    default learns in-process (store, count, update). The distributed roles (``vla.rl_remote``)
+    reuse it: the actor passes ``sink`` (transitions go to the learner instead; no replay buffers
+    are allocated) and ``guard`` (called before every macro-step, before the robot moves: it
+    raises when the learner is gone); the learner has no env and calls ``store`` / ``learn`` /
+    ``save`` / ``load`` itself.
+    """
+
+    def __init__(self, cfg: RLConfig, env, vla, operator: Operator | None = None, progress: bool = True,
+                 sink: Callable[[dict, int, bool, dict], None] | None = None,
+                 guard: Callable[[], None] | None = None) -> None:
         from policies.common.replay import ReplayBuffer
         from policies.common.sac import SACConfig
         from policies.dsrl import DSRLAgent, DSRLConfig
         from vla.models.modes import freeze
 
         self.cfg, self.env, self.operator, self.progress = cfg, env, operator, progress
+        self.sink, self.guard = sink, guard
+        replay = sink is None
         self.vla = freeze(vla)
         self.digest_before = weights_digest(self.vla)
         sac = SACConfig(utd=cfg.utd, batch_size=cfg.batch_size, num_critics=cfg.num_critics, hidden=cfg.hidden,
@@ -75,8 +93,8 @@ class Session:
         spec = {"feat": ((self.agent.feat_dim,), np.float32)}
         extras = {"chunk": ((self.agent.exec_steps, self.agent.a), np.float32)}
         cap = cfg.total_ticks + 16
-        self.online = ReplayBuffer(cap, spec, self.agent.noise_dim, extras)
-        self.demo = ReplayBuffer(cap, spec, self.agent.noise_dim, extras)
+        self.online = ReplayBuffer(cap, spec, self.agent.noise_dim, extras) if replay else None
+        self.demo = ReplayBuffer(cap, spec, self.agent.noise_dim, extras) if replay else None
         self.rng = np.random.default_rng(cfg.seed)
         self.step = self.ticks = self.episode = 0
         self.ckpt_dir = os.path.join(cfg.out, "checkpoint")
@@ -126,6 +144,35 @@ class Session:
                     f.writelines(keep)
                 os.replace(p + ".tmp", p)
 
+    # -- learning (in-process and learner) ------------------------------------------------------
+    def store(self, tr: dict[str, Any]) -> None:
+        """One transition into the replay buffers (checked there; nothing is written on error)."""
+        if not tr["intervention"] or self.agent.cfg.variant != "sac":
+            # DSRL-SAC's critic lives in noise space: an operator's chunk has no noise behind
+            # it, so for that variant interventions go to the demo buffer only
+            self.online.add(**tr)
+        if tr["intervention"]:
+            self.demo.add(**tr)
+
+    def learn(self) -> dict[str, float]:
+        """One update round of the agent once warm-up is over ({} before)."""
+        if self.step >= self.agent.cfg.warmup_steps and len(self.online) >= 2:
+            return self.agent.update(self.online, self.demo, self.rng)
+        return {}
+
+    def record(self, tr: dict[str, Any], ticks: int, episode_end: bool, episode_info: dict[str, Any]) -> dict[str, float]:
+        """A transition the rollout produced (``ticks`` control ticks executed): stored and learned
+        from in-process, or handed to ``sink`` with ``episode_end`` and ``episode_info`` (seed,
+        success, ticks, steps, return, interventions so far); then counted. -> the update's losses
+        ({} if none)."""
+        if self.sink is not None:
+            self.sink(tr, ticks, episode_end, episode_info)
+        else:
+            self.store(tr)
+        self.step += 1
+        self.ticks += ticks
+        return self.learn() if self.sink is None else {}
+
     # -- one episode -----------------------------------------------------------------------------
     def run_episode(self, seed: int, learn: bool = True, deterministic: bool = False, base: bool = False,
                     frames: list | None = None) -> dict[str, Any]:
@@ -139,6 +186,8 @@ class Session:
         success, ret, info = False, 0.0, {}
         last: dict[str, float] = {}
         while ticks < self.max_ticks:
+            if self.guard is not None:
+                self.guard()
             if base:  # the plain VLA with its own sampled noise, whatever the agent's variant
                 w = None
                 noise = torch.randn(1, *self.vla.noise_shape, generator=torch.Generator().manual_seed(seed * 1000 + steps))
@@ -172,17 +221,13 @@ class Session:
                 tr = dict(obs={"feat": feat[0].numpy()}, action=w[0].numpy().astype(np.float32), reward=float(r),
                           next_obs={"feat": feat2[0].numpy()}, done=bool(term),
                           chunk=chunk_n.numpy().astype(np.float32), intervention=flagged)
-                if not flagged or agent.cfg.variant != "sac":
-                    # DSRL-SAC's critic lives in noise space: an operator's chunk has no noise behind
-                    # it, so for that variant interventions go to the demo buffer only
-                    self.online.add(**tr)
-                if flagged:
-                    self.demo.add(**tr)
-                    interventions += 1
-                self.step += 1
-                self.ticks += len(chunk)
-                if self.step >= agent.cfg.warmup_steps and len(self.online) >= 2:
-                    last = agent.update(self.online, self.demo, self.rng)
+                interventions += int(flagged)
+                end = bool(term or trunc or ticks >= self.max_ticks)
+                losses = self.record(tr, len(chunk), end, {"seed": int(seed), "success": success, "ticks": ticks,
+                                                           "steps": steps, "return": float(ret),
+                                                           "interventions": interventions})
+                if losses:
+                    last = losses
             obs, feat = obs2, feat2
             if term or trunc:
                 break
@@ -235,29 +280,99 @@ def plot_learning_curve(run_dir: str, path: str, base_rate: float | None) -> Non
     os.replace(path + ".tmp.png", path)
 
 
+# -- the run directory, shared by the in-process session and the learner ---------------------------
+def start_run(cfg: RLConfig, resume: bool) -> None:
+    """Threads, the run directory (a new session refuses to overwrite one), its config, the seeds."""
+    if cfg.threads:
+        torch.set_num_threads(cfg.threads)
+    os.makedirs(cfg.out, exist_ok=True)
+    if not resume:
+        if os.path.isdir(os.path.join(cfg.out, "checkpoint")):
+            raise FileExistsError(f"{cfg.out} already holds an RL session: pass --resume, or choose another --out")
+        cfg.to_json(os.path.join(cfg.out, "rl_config.json"))
+    random.seed(cfg.seed)
+    torch.manual_seed(cfg.seed)
+
+
+def resume_session(sess: Session) -> None:
+    """Load the last checkpoint into ``sess`` and say where the session continues."""
+    sess.load()
+    print(f"resumed {sess.cfg.out} at episode {sess.episode}, step {sess.step}, {sess.ticks} ticks "
+          f"({len(sess.online)} online / {len(sess.demo)} demo transitions)", flush=True)
+
+
+def episode_seed(cfg: RLConfig, episode: int) -> int:
+    """Training scenes apart from the recorder's seeds (0 ...) and the evaluation seeds (eval_seed_start ...)."""
+    return 1_000_000 * (cfg.seed + 1) + episode
+
+
+class RunLog:
+    """``episodes.jsonl``, ``evals.jsonl`` and the TensorBoard scalars of a run directory."""
+
+    def __init__(self, out: str, ticks: int) -> None:
+        from torch.utils.tensorboard import SummaryWriter
+
+        self.out = out
+        self.tb = SummaryWriter(os.path.join(out, "tb"), purge_step=ticks or None)
+
+    def episode(self, episode: int, seed: int, r: dict[str, Any], total_ticks: int, step: int) -> dict[str, Any]:
+        """Log one finished episode (``r``: success, ticks, return, interventions, losses)."""
+        losses = r.get("losses", {})
+        rec = {"episode": episode, "seed": seed, "success": r["success"], "ticks": r["ticks"], "return": r["return"],
+               "interventions": r["interventions"], "total_ticks": total_ticks, "step": step, **losses}
+        _append_jsonl(os.path.join(self.out, "episodes.jsonl"), rec)
+        self.tb.add_scalar("train/success", float(r["success"]), total_ticks)
+        self.tb.add_scalar("train/episode_ticks", r["ticks"], total_ticks)
+        for k, v in losses.items():
+            self.tb.add_scalar(k, v, total_ticks)
+        return rec
+
+    def evaluation(self, episode: int, total_ticks: int, ev: dict[str, Any]) -> None:
+        """Log a deterministic evaluation taken after ``episode``."""
+        _append_jsonl(os.path.join(self.out, "evals.jsonl"), {
+            "episode": episode, "total_ticks": total_ticks, "success_rate": ev["success_rate"],
+            "successes": ev["successes"], "episodes": ev["episodes"]})
+        self.tb.add_scalar("eval/success_rate", ev["success_rate"], total_ticks)
+
+    def close(self) -> None:
+        self.tb.close()
+
+
+def _append_jsonl(path: str, rec: dict[str, Any]) -> None:
+    with open(path, "a") as f:
+        f.write(json.dumps(rec) + "\n")
+
+
+def write_summary(sess: Session, base_rate: float | None, final: dict[str, Any] | None, wall_s: float,
+                  **extra: Any) -> dict[str, Any]:
+    """``learning_curve.png`` and ``summary.json`` (with the frozen VLA's hashes before / after)."""
+    plot_learning_curve(sess.cfg.out, os.path.join(sess.cfg.out, "learning_curve.png"), base_rate)
+    digest_after = weights_digest(sess.vla)
+    summary = {"run_dir": os.path.abspath(sess.cfg.out), "episodes": sess.episode, "steps": sess.step,
+               "ticks": sess.ticks, "base_success_rate": base_rate,
+               "final_success_rate": None if final is None else final["success_rate"],
+               "eval_episodes": sess.cfg.eval_episodes, "wall_s_this_process": wall_s,
+               "online_transitions": len(sess.online), "demo_transitions": len(sess.demo),
+               "vla_weights_sha256_before": sess.digest_before, "vla_weights_sha256_after": digest_after,
+               "vla_weights_unchanged": sess.digest_before == digest_after, **extra}
+    with open(os.path.join(sess.cfg.out, "summary.json"), "w") as f:
+        json.dump(summary, f, indent=2)
+    return summary
+
+
 def run_session(cfg: RLConfig, env, vla, resume: bool = False, operator: Operator | None = None,
                 progress: bool = True) -> dict[str, Any]:
-    from torch.utils.tensorboard import SummaryWriter
+    """The in-process session (``vla rl``, role ``local``): act, learn, log, checkpoint; then the
+    final evaluation, videos, learning curve and ``summary.json``."""
     from tqdm import tqdm
 
     from vla.evaluate import write_video
 
-    if cfg.threads:
-        torch.set_num_threads(cfg.threads)
-    os.makedirs(cfg.out, exist_ok=True)
-    cfg_path = os.path.join(cfg.out, "rl_config.json")
-    if not resume:
-        if os.path.isdir(os.path.join(cfg.out, "checkpoint")):
-            raise FileExistsError(f"{cfg.out} already holds an RL session: pass --resume, or choose another --out")
-        cfg.to_json(cfg_path)
-    random.seed(cfg.seed)
-    torch.manual_seed(cfg.seed)
+    start_run(cfg, resume)
     sess = Session(cfg, env, vla, operator=operator, progress=progress)
-    base_path = os.path.join(cfg.out, "base_eval.json")
     if resume:
-        sess.load()
-        print(f"resumed {cfg.out} at episode {sess.episode}, step {sess.step}, {sess.ticks} ticks "
-              f"({len(sess.online)} online / {len(sess.demo)} demo transitions)", flush=True)
+        resume_session(sess)
+    base_path = os.path.join(cfg.out, "base_eval.json")
     if os.path.isfile(base_path):
         with open(base_path) as f:
             base = json.load(f)
@@ -265,7 +380,7 @@ def run_session(cfg: RLConfig, env, vla, resume: bool = False, operator: Operato
         base = {k: v for k, v in sess.evaluate(cfg.eval_episodes, cfg.eval_seed_start, base=True).items() if k != "frames"}
         with open(base_path, "w") as f:
             json.dump(base, f)
-    tb = SummaryWriter(os.path.join(cfg.out, "tb"), purge_step=sess.ticks or None)
+    log = RunLog(cfg.out, sess.ticks)
     bar = tqdm(total=cfg.total_ticks, initial=min(sess.ticks, cfg.total_ticks), desc=f"{cfg.method}-{cfg.variant}",
                unit="tick", disable=not progress)
     t0 = time.perf_counter()
@@ -273,27 +388,13 @@ def run_session(cfg: RLConfig, env, vla, resume: bool = False, operator: Operato
     recent: list[bool] = []
     try:
         while sess.ticks < cfg.total_ticks:
-            # scenes apart from the recorder's seeds (0 ...) and the evaluation seeds (eval_seed_start ...)
-            ep_seed = 1_000_000 * (cfg.seed + 1) + sess.episode
+            ep_seed = episode_seed(cfg, sess.episode)
             r = sess.run_episode(ep_seed)
             sess.episode += 1
             recent = (recent + [r["success"]])[-20:]
-            rec = {"episode": sess.episode - 1, "seed": ep_seed, "success": r["success"], "ticks": r["ticks"],
-                   "return": r["return"], "interventions": r["interventions"], "total_ticks": sess.ticks,
-                   "step": sess.step, **{k: v for k, v in r["losses"].items()}}
-            with open(os.path.join(cfg.out, "episodes.jsonl"), "a") as f:
-                f.write(json.dumps(rec) + "\n")
-            tb.add_scalar("train/success", float(r["success"]), sess.ticks)
-            tb.add_scalar("train/episode_ticks", r["ticks"], sess.ticks)
-            for k, v in r["losses"].items():
-                tb.add_scalar(k, v, sess.ticks)
+            log.episode(sess.episode - 1, ep_seed, r, sess.ticks, sess.step)
             if cfg.eval_every and sess.episode % cfg.eval_every == 0:
-                ev = sess.evaluate(cfg.eval_episodes, cfg.eval_seed_start)
-                with open(os.path.join(cfg.out, "evals.jsonl"), "a") as f:
-                    f.write(json.dumps({"episode": sess.episode - 1, "total_ticks": sess.ticks,
-                                        "success_rate": ev["success_rate"], "successes": ev["successes"],
-                                        "episodes": ev["episodes"]}) + "\n")
-                tb.add_scalar("eval/success_rate", ev["success_rate"], sess.ticks)
+                log.evaluation(sess.episode - 1, sess.ticks, sess.evaluate(cfg.eval_episodes, cfg.eval_seed_start))
             if sess.episode % cfg.checkpoint_every == 0:
                 sess.save()
             bar.n = min(sess.ticks, cfg.total_ticks)
@@ -301,20 +402,10 @@ def run_session(cfg: RLConfig, env, vla, resume: bool = False, operator: Operato
             bar.set_postfix(ep=sess.episode, succ=f"{np.mean(recent):.0%}", tps=f"{rate:.1f}")  # also redraws
     finally:
         bar.close()
-        tb.close()
+        log.close()
     sess.save()
     final = sess.evaluate(cfg.eval_episodes, cfg.eval_seed_start, videos=cfg.videos)
     os.makedirs(os.path.join(cfg.out, "videos"), exist_ok=True)
     for seed, frames in final.pop("frames"):
         write_video(frames, os.path.join(cfg.out, "videos", f"eval_seed{seed}.mp4"), fps=10.0 / sess.agent.exec_steps)
-    plot_learning_curve(cfg.out, os.path.join(cfg.out, "learning_curve.png"), base["success_rate"])
-    digest_after = weights_digest(sess.vla)
-    summary = {"run_dir": os.path.abspath(cfg.out), "episodes": sess.episode, "steps": sess.step, "ticks": sess.ticks,
-               "base_success_rate": base["success_rate"], "final_success_rate": final["success_rate"],
-               "eval_episodes": cfg.eval_episodes, "wall_s_this_process": time.perf_counter() - t0,
-               "online_transitions": len(sess.online), "demo_transitions": len(sess.demo),
-               "vla_weights_sha256_before": sess.digest_before, "vla_weights_sha256_after": digest_after,
-               "vla_weights_unchanged": sess.digest_before == digest_after}
-    with open(os.path.join(cfg.out, "summary.json"), "w") as f:
-        json.dump(summary, f, indent=2)
-    return summary
+    return write_summary(sess, base["success_rate"], final, time.perf_counter() - t0)

@@ -74,6 +74,16 @@ class RLConfig:
     @classmethod
     def from_json(cls, path: str) -> "RLConfig":
         with open(path) as f:
-            d = json.load(f)
-        d["hidden"] = tuple(d["hidden"])
+            return cls.from_dict(json.load(f))
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "RLConfig":
+        """From ``dataclasses.asdict`` output that went through JSON or msgpack (lists for tuples)."""
+        known = {f.name for f in dataclasses.fields(cls)}
+        unknown = set(d) - known
+        if unknown:
+            raise ValueError(f"RLConfig has no field(s) {sorted(unknown)}")
+        d = dict(d)
+        if "hidden" in d:
+            d["hidden"] = tuple(d["hidden"])
         return cls(**d)

@@ -17,13 +17,29 @@ def add_parser(sub, name: str, help_: str) -> None:
         "noise-aliased variant (--variant na, default) also learns an action-space critic that demos and "
         "operator interventions feed. The run directory gets the learning curve, TensorBoard scalars, "
         "episode logs, evaluation videos and a checkpoint after every episode; --resume continues a "
-        "killed session exactly (step count, replay buffers, optimisers, RNG states)."),
+        "killed session exactly (step count, replay buffers, optimisers, RNG states). "
+        "--role local (default) runs actor and learner in this process; --role learner / actor split "
+        "them over ZMQ (SERL / HIL-SERL style): the actor drives the robot and streams transitions, "
+        "the learner owns replay buffers, optimisers, checkpoints and --resume, and pushes policy "
+        "parameters back (protocol: vla/rl_remote.py)."),
         epilog="""\
 examples:
   vla rl --method dsrl --checkpoint runs/vla_pick --task pick_red_cube --out runs/dsrl_red
   vla rl --method dsrl --variant sac --checkpoint runs/vla_pick --task lift_green_cube --total-ticks 4000 --out runs/x
   vla rl --resume runs/dsrl_red                      # continue after a kill
   tensorboard --logdir runs/dsrl_red/tb
+
+actor / learner on two machines (keys: `vla bridge keys --out keys/`; the learner holds keys/server.key_secret
+and keys/authorized_clients/, the actor keys/client.key_secret and keys/server.key):
+  gpu-box$ vla rl --role learner --bind tcp://*:5800 --keys keys/ --checkpoint runs/vla_pick \\
+             --task pick_red_cube --out runs/dsrl_red
+  robot-pc$ vla rl --role actor --learner tcp://gpu-box:5800 --keys keys/ --checkpoint /data/vla_pick
+  gpu-box$ vla rl --role learner --bind tcp://*:5800 --keys keys/ --resume runs/dsrl_red   # after a kill
+The actor takes the session's config from the learner (--checkpoint / --robot name this machine's copies;
+the VLA must have the same weights). If the learner dies, the actor keeps acting on its last parameters,
+keeps the transitions the learner has not checkpointed and resends them when it is back; after
+--learner-timeout seconds without a word from the learner it stops the robot and exits.
+On one machine: --bind tcp://127.0.0.1:5800 and --learner tcp://127.0.0.1:5800, no keys needed.
 
 Rewards come from rewards/: the sim task's success predicate (1 at success, the episode ends).
 """)
@@ -32,7 +48,7 @@ Rewards come from rewards/: the sim task's success predicate (1 at success, the 
                    help="DSRL variant: na (default), sac; action = the baseline, plain SAC on the raw action chunk")
     p.add_argument("--checkpoint", help="the VLA to steer (checkpoint or `vla train` run directory)")
     p.add_argument("--task", help="sim task; its success predicate is the reward")
-    p.add_argument("--robot", default=d["robot"], help=f"site preset or YAML (default {d['robot']})")
+    p.add_argument("--robot", default=None, help=f"site preset or YAML (default {d['robot']}; actor: the learner's)")
     p.add_argument("--out", help="run directory (new)")
     p.add_argument("--resume", metavar="RUN_DIR", help="continue the session in RUN_DIR from its last checkpoint")
     p.add_argument("--total-ticks", type=int, default=d["total_ticks"],
@@ -51,6 +67,19 @@ Rewards come from rewards/: the sim task's success predicate (1 at success, the 
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--threads", type=int, default=d["threads"])
     p.add_argument("--serve", choices=["auto", "always", "never"], default="auto")
+    g = p.add_argument_group("actor / learner")
+    g.add_argument("--role", choices=["local", "learner", "actor"], default="local",
+                   help="local: actor and learner in this process (default); learner: serve a session to an "
+                        "actor; actor: drive the robot for a learner")
+    g.add_argument("--bind", default="tcp://127.0.0.1:5800",
+                   help="learner: endpoint to listen on (default tcp://127.0.0.1:5800; tcp://*:5800 for every "
+                        "interface, which needs --keys or --insecure)")
+    g.add_argument("--learner", metavar="ENDPOINT", help="actor: the learner's endpoint, e.g. tcp://gpu-box:5800")
+    g.add_argument("--learner-timeout", type=float, default=30.0,
+                   help="actor: stop the robot and exit after this many seconds without a word from the learner "
+                        "(default 30)")
+    g.add_argument("--keys", metavar="DIR", help="CurveZMQ keys from `vla bridge keys --out DIR`")
+    g.add_argument("--insecure", action="store_true", help="learner: bind off loopback without keys")
     p.set_defaults(run=run)
 
 
@@ -60,8 +89,25 @@ def make_sim_env(cfg, client):
     return task_env(client, cfg.task)
 
 
+def _check_role_args(args) -> None:
+    if args.role != "learner" and (args.bind != "tcp://127.0.0.1:5800" or args.insecure):
+        raise ValueError("--bind and --insecure are for --role learner")
+    if args.role != "actor" and args.learner:
+        raise ValueError("--learner is for --role actor (the learner itself takes --bind)")
+    if args.role == "actor":
+        if not args.learner:
+            raise ValueError("--role actor needs --learner tcp://HOST:PORT")
+        given = [f"--{n}" for n in ("task", "out", "resume") if getattr(args, n)]
+        if given:
+            raise ValueError(f"the actor takes the session from the learner: give {', '.join(given)} to the learner")
+    if args.role == "local" and args.keys:
+        raise ValueError("--keys is for --role learner / actor")
+
+
 def run(args) -> int:
-    import json
+    _check_role_args(args)
+    if args.role == "actor":
+        return run_actor(args)
 
     from robot_io.robot import RobotClient
     from robot_io.site import load_site
@@ -86,12 +132,19 @@ def run(args) -> int:
 
         get_task(args.task)
         cfg = RLConfig(checkpoint=os.path.abspath(args.checkpoint), out=args.out, task=args.task, method=args.method,
-                       variant=args.variant, robot=args.robot, total_ticks=args.total_ticks,
+                       variant=args.variant, robot=args.robot or RLConfig.robot, total_ticks=args.total_ticks,
                        max_episode_ticks=args.max_episode_ticks, exec_steps=args.exec_steps,
                        noise_bound=args.noise_bound, noise_dims=args.noise_dims, warmup_steps=args.warmup_steps,
                        distill_steps=args.distill_steps, utd=args.utd, batch_size=args.batch_size,
                        num_critics=args.num_critics, eval_every=args.eval_every, eval_episodes=args.eval_episodes, seed=args.seed, threads=args.threads)
     vla = load_vla(resolve_checkpoint(cfg.checkpoint))
+    if args.role == "learner":
+        from vla.rl_remote import curve_keys, run_learner
+
+        summary = run_learner(cfg, vla, bind=args.bind, resume=bool(args.resume), keys=curve_keys(args.keys),
+                              insecure=args.insecure)
+        _print_summary(cfg, summary)
+        return 0
     site = load_site(cfg.robot)
     os.makedirs(cfg.out, exist_ok=True)
     with running_bridge(site, os.path.join(cfg.out, "bridge.log"), start=args.serve):
@@ -100,8 +153,57 @@ def run(args) -> int:
             summary = run_session(cfg, make_sim_env(cfg, client), vla, resume=bool(args.resume))
         finally:
             client.close()
-    print(f"{'':<14}{'success':>9}\nbase VLA      {summary['base_success_rate']:>8.0%}\n"
-          f"DSRL-{cfg.variant:<9}{summary['final_success_rate']:>8.0%}   ({summary['eval_episodes']} eval episodes)")
+    _print_summary(cfg, summary)
+    return 0
+
+
+def _print_summary(cfg, summary) -> None:
+    import json
+
+    rate = lambda x: "    n/a" if x is None else f"{x:>8.0%}"  # noqa: E731
+    print(f"{'':<14}{'success':>9}\nbase VLA      {rate(summary['base_success_rate'])}\n"
+          f"DSRL-{cfg.variant:<9}{rate(summary['final_success_rate'])}   ({summary['eval_episodes']} eval episodes)")
     print(json.dumps({k: summary[k] for k in ("run_dir", "episodes", "ticks", "vla_weights_unchanged")}))
     print(f"learning curve: {os.path.join(cfg.out, 'learning_curve.png')}")
+
+
+def run_actor(args) -> int:
+    """`--role actor`: the session's config from the learner, this machine's VLA and robot."""
+    import json
+    import tempfile
+
+    from robot_io.client import BridgeError
+    from robot_io.robot import RobotClient
+    from robot_io.site import load_site
+    from vla.commands._bridge import running_bridge
+    from vla.models import load_vla
+    from vla.rl_remote import Actor, ActorConfig, LearnerGone, curve_keys
+    from vla.train import resolve_checkpoint
+
+    actor = Actor(ActorConfig(learner=args.learner, learner_timeout_s=args.learner_timeout, keys=curve_keys(args.keys),
+                              checkpoint=os.path.abspath(args.checkpoint) if args.checkpoint else None,
+                              robot=args.robot))
+    try:
+        print(f"actor {actor.actor_id}: waiting for the learner at {args.learner}", flush=True)
+        cfg = actor.connect()
+        print(f"actor: session {cfg.out} on the learner, task {cfg.task}, robot {cfg.robot}", flush=True)
+        vla = load_vla(resolve_checkpoint(cfg.checkpoint))
+        site = load_site(cfg.robot)
+        log_path = os.path.join(tempfile.gettempdir(), f"vla-rl-actor-{os.getpid()}-bridge.log")
+        with running_bridge(site, log_path, start=args.serve):
+            client = RobotClient(site)
+            try:
+                actor.prepare(vla, make_sim_env(cfg, client))
+                summary = actor.run()
+            except LearnerGone:
+                try:
+                    client.stop()  # the robot's safe state now, not only when the bridge's watchdog fires
+                except BridgeError as e:
+                    print(f"actor: could not stop the robot: {e}", flush=True)
+                raise
+            finally:
+                client.close()
+    finally:
+        actor.close()
+    print(json.dumps(summary))
     return 0
