@@ -25,6 +25,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "train": ("vla.commands.train", "supervised fine-tuning of the compact VLA on LeRobot datasets (frozen / LoRA / full)"),
     "rl": ("vla.commands.rl", "online RL session that steers a frozen VLA (DSRL latent-noise SAC), with resume"),
     "eval": ("vla.commands.eval", "roll a VLA checkpoint out in the sim tasks: success rate per task, videos"),
+    "reward": ("vla.commands.reward", "train / evaluate a success classifier on camera frames: the reward on real robots"),
 }
 
 EPILOG = """\
