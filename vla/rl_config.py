@@ -15,7 +15,7 @@ class RLConfig:
     out: str
     """Run directory."""
     task: str
-    """Sim task (hardware.sim_tasks) whose success predicate is the reward."""
+    """Sim task (hardware.sim_tasks) whose success predicate is the reward; "" on a real robot."""
     method: str = "dsrl"
     variant: str = "na"
     """DSRL variant: na (noise-aliased, recommended), sac, or action (baseline: SAC on raw actions)."""
@@ -54,6 +54,14 @@ class RLConfig:
     threads: int | None = 1
     videos: int = 1
     """Evaluation episodes saved as MP4 at the final evaluation."""
+    reward: str = "task"
+    """Reward source: ``task`` (the sim task's success predicate) or ``classifier:DIR`` (a success
+    classifier from ``vla reward train``: the reward on a real robot)."""
+    instruction: str | None = None
+    """Real robot: the instruction given to the VLA (a sim task brings its own)."""
+    reset_timeout_s: float = 300.0
+    """Real robot: seconds the operator has to reset the scene and press Enter before the session
+    pauses (its last checkpoint stays; ``--resume`` continues)."""
 
     def __post_init__(self) -> None:
         if self.method not in METHODS:
@@ -63,6 +71,12 @@ class RLConfig:
                 raise ValueError(f"{f} must be positive, got {getattr(self, f)}")
         if self.eval_every < 0 or self.warmup_steps < 0:
             raise ValueError("eval_every and warmup_steps must be >= 0")
+        if self.reward != "task" and not self.reward.startswith("classifier:"):
+            raise ValueError(f"reward must be 'task' or 'classifier:DIR', got {self.reward!r}")
+        if self.reward == "task" and not self.task:
+            raise ValueError("reward 'task' needs a sim task (a real robot takes reward 'classifier:DIR')")
+        if self.reset_timeout_s <= 0:
+            raise ValueError(f"reset_timeout_s must be positive, got {self.reset_timeout_s}")
 
     def to_json(self, path: str) -> None:
         import os

@@ -226,3 +226,30 @@ def test_reward_help(argv, capsys):
     assert e.value.code == 0
     out = capsys.readouterr().out
     assert "examples:" in out and "usage: vla reward" in out
+
+
+def test_rl_session_wiring_uses_the_classifier_and_the_operator_reset(trained, tmp_path):
+    """`vla rl --reward classifier:DIR` on a robot that is not a simulator: the env's reward is the
+    classifier and its reset asks the operator; bad reward specs are refused by name."""
+    from vla.commands.rl import make_sim_env
+    from vla.operator_reset import OperatorResetHook
+    from vla.rl_config import RLConfig
+
+    out, _ = trained
+
+    class RealArmClient:  # what a real arm's bridge client describes: no simulated objects
+        description = {"driver": "franka", "limits": {"max_step_m": 0.02}}
+
+        def observe(self, instruction, *a):
+            return {"images": {"front": np.zeros((SIZE, SIZE, 3), np.uint8)}, "state": np.zeros(8, np.float32),
+                    "instruction": instruction, "t": {"state": 0}}
+
+    cfg = RLConfig(checkpoint="ckpt", out=str(tmp_path), task="", reward=f"classifier:{out}",
+                   instruction="fold the towel", max_episode_ticks=40)
+    env = make_sim_env(cfg, RealArmClient())
+    assert isinstance(env.reset_fn, OperatorResetHook)
+    assert env.instruction == "fold the towel" and env.max_ticks == 40
+    with pytest.raises(ValueError, match="reward"):
+        RLConfig(checkpoint="c", out="o", task="pick_red_cube", reward="vlm-judge")
+    with pytest.raises(ValueError, match="sim task"):
+        RLConfig(checkpoint="c", out="o", task="")  # reward 'task' without a task

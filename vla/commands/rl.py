@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import os
+import sys
 
 
 def add_parser(sub, name: str, help_: str) -> None:
@@ -41,13 +42,26 @@ keeps the transitions the learner has not checkpointed and resends them when it 
 --learner-timeout seconds without a word from the learner it stops the robot and exits.
 On one machine: --bind tcp://127.0.0.1:5800 and --learner tcp://127.0.0.1:5800, no keys needed.
 
-Rewards come from rewards/: the sim task's success predicate (1 at success, the episode ends).
+Rewards come from rewards/: the sim task's success predicate (1 at success, the episode ends), or on a
+real robot a success classifier trained with `vla reward train` (--reward classifier:DIR). Between
+real-robot episodes the arm goes home and the operator resets the scene and presses Enter (q stops,
+s / f record their verdict on the last episode); no answer within --reset-timeout pauses the session
+(exit code 3; --resume continues). Evaluations also need resets: keep --eval-episodes small there.
+  vla rl --robot my_lab.yaml --reward classifier:runs/succ_towel --instruction "fold the towel" \
+         --checkpoint runs/vla_towel --out runs/rl_towel --eval-every 0 --eval-episodes 3
 """)
     p.add_argument("--method", choices=["dsrl"], default="dsrl")
     p.add_argument("--variant", choices=["na", "sac", "action"], default=d["variant"],
                    help="DSRL variant: na (default), sac; action = the baseline, plain SAC on the raw action chunk")
     p.add_argument("--checkpoint", help="the VLA to steer (checkpoint or `vla train` run directory)")
     p.add_argument("--task", help="sim task; its success predicate is the reward")
+    p.add_argument("--reward", default=d["reward"], metavar="SOURCE",
+                   help="task: the sim task's success predicate (default); classifier:DIR: a success classifier "
+                        "from `vla reward train` (on a real robot the operator resets the scene between episodes)")
+    p.add_argument("--instruction", help="real robot: the instruction given to the VLA (a sim task has its own)")
+    p.add_argument("--reset-timeout", type=float, default=d["reset_timeout_s"],
+                   help=f"real robot: seconds to answer the reset prompt before the session pauses "
+                        f"(default {d['reset_timeout_s']:g})")
     p.add_argument("--robot", default=None, help=f"site preset or YAML (default {d['robot']}; actor: the learner's)")
     p.add_argument("--out", help="run directory (new)")
     p.add_argument("--resume", metavar="RUN_DIR", help="continue the session in RUN_DIR from its last checkpoint")
@@ -84,9 +98,31 @@ Rewards come from rewards/: the sim task's success predicate (1 at success, the 
 
 
 def make_sim_env(cfg, client):
+    """The session's env. Reward: the sim task's predicate, or a success classifier. Reset: a
+    simulator lays out the task's scene itself; a real arm goes home, then the operator resets
+    the scene (a prompt with a timeout)."""
     from vla.envs import task_env
 
-    return task_env(client, cfg.task)
+    if cfg.reward == "task":
+        return task_env(client, cfg.task, instruction=cfg.instruction)
+    from rewards.success_classifier import classifier_reward
+    from robot_io.env import RobotEnv
+    from vla.operator_reset import OperatorReset, OperatorResetHook
+
+    reward_fn = classifier_reward(cfg.reward.split(":", 1)[1])
+    if client.description.get("objects") and cfg.task:  # a simulator: it re-lays the scene from the seed
+        from hardware.sim_tasks import get_task
+
+        t = get_task(cfg.task)
+        reset_fn = lambda env, seed: client.reset(seed=seed, task=t.name)  # noqa: E731
+        instruction, max_ticks = cfg.instruction or t.instruction, t.max_steps
+    else:
+        reset_fn = OperatorResetHook(OperatorReset(timeout_s=cfg.reset_timeout_s),
+                                     log_path=os.path.join(cfg.out, "operator_verdicts.jsonl"))
+        instruction, max_ticks = cfg.instruction, cfg.max_episode_ticks
+    env = RobotEnv(client, instruction=instruction, reward_fn=reward_fn, reset_fn=reset_fn)
+    env.max_ticks = max_ticks
+    return env
 
 
 def _check_role_args(args) -> None:
@@ -125,18 +161,31 @@ def run(args) -> int:
         if args.total_ticks != RLConfig.total_ticks and args.total_ticks > cfg.total_ticks:
             cfg = dataclasses.replace(cfg, total_ticks=args.total_ticks)
     else:
-        missing = [f"--{n}" for n in ("checkpoint", "task", "out") if not getattr(args, n)]
+        need = ["checkpoint", "out"] + (["task"] if args.reward == "task" else [])
+        missing = [f"--{n}" for n in need if not getattr(args, n)]
         if missing:
             raise ValueError(f"give {', '.join(missing)} for a new session (or --resume RUN_DIR)")
         from hardware.sim_tasks import get_task
 
-        get_task(args.task)
-        cfg = RLConfig(checkpoint=os.path.abspath(args.checkpoint), out=args.out, task=args.task, method=args.method,
+        if args.task:
+            get_task(args.task)
+        reward = args.reward
+        if reward.startswith("classifier:"):
+            from rewards.success_classifier import read_meta
+
+            path = os.path.abspath(reward.split(":", 1)[1])
+            read_meta(path)  # a wrong path fails now, before the VLA loads
+            reward = f"classifier:{path}"  # absolute, so --resume works from anywhere
+            if not args.task and not args.instruction:
+                raise ValueError("a real-robot session needs --instruction (or --task for a sim task)")
+        cfg = RLConfig(checkpoint=os.path.abspath(args.checkpoint), out=args.out, method=args.method,
                        variant=args.variant, robot=args.robot or RLConfig.robot, total_ticks=args.total_ticks,
                        max_episode_ticks=args.max_episode_ticks, exec_steps=args.exec_steps,
                        noise_bound=args.noise_bound, noise_dims=args.noise_dims, warmup_steps=args.warmup_steps,
                        distill_steps=args.distill_steps, utd=args.utd, batch_size=args.batch_size,
-                       num_critics=args.num_critics, eval_every=args.eval_every, eval_episodes=args.eval_episodes, seed=args.seed, threads=args.threads)
+                       num_critics=args.num_critics, eval_every=args.eval_every, eval_episodes=args.eval_episodes,
+                       seed=args.seed, threads=args.threads, task=args.task or "", reward=reward,
+                       instruction=args.instruction, reset_timeout_s=args.reset_timeout)
     vla = load_vla(resolve_checkpoint(cfg.checkpoint))
     if args.role == "learner":
         from vla.rl_remote import curve_keys, run_learner
@@ -149,8 +198,15 @@ def run(args) -> int:
     os.makedirs(cfg.out, exist_ok=True)
     with running_bridge(site, os.path.join(cfg.out, "bridge.log"), start=args.serve):
         client = RobotClient(site)
+        from vla.operator_reset import OperatorStop, OperatorTimeout
+
         try:
             summary = run_session(cfg, make_sim_env(cfg, client), vla, resume=bool(args.resume))
+        except OperatorStop as e:
+            paused = isinstance(e, OperatorTimeout)
+            print(f"session {'paused' if paused else 'stopped'}: {e}\nthe robot holds its safe state; "
+                  f"`vla rl --resume {cfg.out}` continues from the last finished episode", file=sys.stderr)
+            return 3 if paused else 0
         finally:
             client.close()
     _print_summary(cfg, summary)
