@@ -47,7 +47,7 @@ real robot a success classifier trained with `vla reward train` (--reward classi
 real-robot episodes the arm goes home and the operator resets the scene and presses Enter (q stops,
 s / f record their verdict on the last episode); no answer within --reset-timeout pauses the session
 (exit code 3; --resume continues). Evaluations also need resets: keep --eval-episodes small there.
-  vla rl --robot my_lab.yaml --reward classifier:runs/succ_towel --instruction "fold the towel" \
+  vla rl --robot my_lab.yaml --reward classifier:runs/succ_towel --instruction "fold the towel" \\
          --checkpoint runs/vla_towel --out runs/rl_towel --eval-every 0 --eval-episodes 3
 """)
     p.add_argument("--method", choices=["dsrl"], default="dsrl")
