@@ -8,7 +8,8 @@ hands transitions to a ``sink`` that streams them to the learner, and the learne
 ``write_summary``. One episode at a time:
 
     reset (sim: the task's scene from the episode seed; a real robot: the operator's reset)
-    every macro-step: features <- VLA.embed(obs); w <- agent; chunk <- VLA(w); an operator may
+    every macro-step: features <- VLA.embed(obs); w <- agent(its observation: the features, or with
+      ``--encoder cnn`` the camera frames at 64 x 64 + the robot state); chunk <- VLA(w); an operator may
       take over (their chunk is executed instead and flagged as an intervention); step the env;
       store the transition in the online buffer (interventions also in the demo buffer);
       learn (after warm-up)
@@ -85,12 +86,12 @@ class Session:
         self.digest_before = weights_digest(self.vla)
         sac = SACConfig(utd=cfg.utd, batch_size=cfg.batch_size, num_critics=cfg.num_critics, hidden=cfg.hidden,
                         gamma=cfg.gamma, init_temperature=cfg.init_temperature, backup_entropy=cfg.backup_entropy)
-        self.agent = DSRLAgent(self.vla, DSRLConfig(variant=cfg.variant, noise_bound=cfg.noise_bound,
-                                                    noise_dims=cfg.noise_dims, exec_steps=cfg.exec_steps,
-                                                    warmup_steps=cfg.warmup_steps, distill_steps=cfg.distill_steps,
-                                                    sac=sac), seed=cfg.seed)
+        dsrl = DSRLConfig(variant=cfg.variant, encoder=cfg.encoder, noise_bound=cfg.noise_bound,
+                          noise_dims=cfg.noise_dims, exec_steps=cfg.exec_steps, warmup_steps=cfg.warmup_steps,
+                          distill_steps=cfg.distill_steps, sac=sac)
+        self.agent = DSRLAgent(self.vla, dsrl, seed=cfg.seed, **_camera_layout(cfg, env))
         self.max_ticks = cfg.max_episode_ticks or getattr(env, "max_ticks", None) or 100
-        spec = {"feat": ((self.agent.feat_dim,), np.float32)}
+        spec = self.agent.obs_spec  # the VLA's features, or (cnn) the low-resolution frames + state
         extras = {"chunk": ((self.agent.exec_steps, self.agent.a), np.float32)}
         cap = cfg.total_ticks + 16
         self.online = ReplayBuffer(cap, spec, self.agent.noise_dim, extras) if replay else None
@@ -174,6 +175,24 @@ class Session:
         return self.learn() if self.sink is None else {}
 
     # -- one episode -----------------------------------------------------------------------------
+    def observe(self, obs: dict, feat: torch.Tensor) -> dict[str, torch.Tensor]:
+        """The agent's observation (a batch of 1, laid out by ``agent.obs_spec``) of the env's ``obs``
+        whose VLA features are ``feat``: the features; for encoder ``cnn`` each camera resized to the
+        encoder's size (uint8) and the robot state (and the features too for NA, whose critic
+        re-generates chunks from them)."""
+        from vla.models.encoders import resize_uint8
+
+        spec = self.agent.obs_spec
+        out = {}
+        for cam in self.agent.cameras:
+            img = torch.from_numpy(np.array(obs["images"][cam]))[None]  # a copy: camera frames may be read-only
+            out[cam] = resize_uint8(img, self.agent.cfg.image_size)
+        if "state" in spec:
+            out["state"] = torch.from_numpy(np.asarray(obs["state"], np.float32))[None]
+        if "feat" in spec:
+            out["feat"] = feat
+        return out
+
     def run_episode(self, seed: int, learn: bool = True, deterministic: bool = False, base: bool = False,
                     frames: list | None = None) -> dict[str, Any]:
         """One episode. ``learn``: store transitions and update; ``base``: the plain VLA (w ~ N(0, I))."""
@@ -182,6 +201,7 @@ class Session:
         agent = self.agent
         obs, _ = self.env.reset(seed=seed)
         feat = agent.embed(VLAPolicy.batch(obs))
+        aobs = self.observe(obs, feat)
         ticks = steps = interventions = 0
         success, ret, info = False, 0.0, {}
         last: dict[str, float] = {}
@@ -194,7 +214,7 @@ class Session:
                 chunk_n = self.vla.sample_actions_from_embedding(feat, noise=noise, normalized=True)[0, : agent.exec_steps]
             else:
                 warm = learn and self.step < agent.cfg.warmup_steps
-                w = agent.act(feat, self.rng, warmup=warm, deterministic=deterministic)
+                w = agent.act(aobs, self.rng, warmup=warm, deterministic=deterministic)
                 chunk_n = agent.chunk(feat, w, normalized=True)[0, : agent.exec_steps]
             # one sampler run per macro-step: robot units from the normalised chunk
             chunk = self.vla.unnormalize_actions(chunk_n)[: self.max_ticks - ticks].numpy()
@@ -217,9 +237,10 @@ class Session:
 
                 frames.append(frame_image(obs2, ticks, success))
             feat2 = agent.embed(VLAPolicy.batch(obs2))
+            aobs2 = self.observe(obs2, feat2)
             if learn:
-                tr = dict(obs={"feat": feat[0].numpy()}, action=w[0].numpy().astype(np.float32), reward=float(r),
-                          next_obs={"feat": feat2[0].numpy()}, done=bool(term),
+                tr = dict(obs={k: v[0].numpy() for k, v in aobs.items()}, action=w[0].numpy().astype(np.float32),
+                          reward=float(r), next_obs={k: v[0].numpy() for k, v in aobs2.items()}, done=bool(term),
                           chunk=chunk_n.numpy().astype(np.float32), intervention=flagged)
                 interventions += int(flagged)
                 end = bool(term or trunc or ticks >= self.max_ticks)
@@ -228,7 +249,7 @@ class Session:
                                                            "interventions": interventions})
                 if losses:
                     last = losses
-            obs, feat = obs2, feat2
+            obs, feat, aobs = obs2, feat2, aobs2
             if term or trunc:
                 break
         return {"success": success, "ticks": ticks, "steps": steps, "return": ret, "interventions": interventions,
@@ -244,6 +265,17 @@ class Session:
                 frames_all.append((seed_start + i, frames))
         k = sum(r["success"] for r in res)
         return {"episodes": n, "successes": k, "success_rate": k / n, "frames": frames_all}
+
+
+def _camera_layout(cfg: RLConfig, env) -> dict[str, Any]:
+    """The encoder ``cnn``'s inputs: the env's camera names and robot state length ({} for ``vla``)."""
+    if cfg.encoder == "vla":
+        return {}
+    spaces = getattr(getattr(env, "observation_space", None), "spaces", {})
+    if "images" not in spaces or "state" not in spaces:
+        raise ValueError(f"encoder {cfg.encoder!r} reads the env's cameras and state: the env needs an "
+                         "observation_space with 'images' and 'state' (a learner without an env cannot build it)")
+    return {"cameras": list(spaces["images"].spaces), "state_dim": int(spaces["state"].shape[0])}
 
 
 def plot_learning_curve(run_dir: str, path: str, base_rate: float | None) -> None:
@@ -353,6 +385,7 @@ def write_summary(sess: Session, base_rate: float | None, final: dict[str, Any] 
                "final_success_rate": None if final is None else final["success_rate"],
                "eval_episodes": sess.cfg.eval_episodes, "wall_s_this_process": wall_s,
                "online_transitions": len(sess.online), "demo_transitions": len(sess.demo),
+               "agent_parameters": sess.agent.parameter_counts(),
                "vla_weights_sha256_before": sess.digest_before, "vla_weights_sha256_after": digest_after,
                "vla_weights_unchanged": sess.digest_before == digest_after, **extra}
     with open(os.path.join(sess.cfg.out, "summary.json"), "w") as f:

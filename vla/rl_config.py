@@ -6,6 +6,7 @@ import dataclasses
 import json
 
 METHODS = ("dsrl",)
+ENCODERS = ("vla", "cnn")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -19,6 +20,9 @@ class RLConfig:
     method: str = "dsrl"
     variant: str = "na"
     """DSRL variant: na (noise-aliased, recommended), sac, or action (baseline: SAC on raw actions)."""
+    encoder: str = "vla"
+    """What the agent reads: ``vla`` (the frozen VLA's embedding) or ``cnn`` (the cameras at 64 x 64 and the
+    robot state through a small CNN trained by the critic loss, as DSRL on pi0; in-process sessions only)."""
     robot: str = "sim-franka-fast"
     """Site preset or YAML."""
     total_ticks: int = 10_000
@@ -66,6 +70,8 @@ class RLConfig:
     def __post_init__(self) -> None:
         if self.method not in METHODS:
             raise ValueError(f"method must be one of {METHODS}, got {self.method!r}")
+        if self.encoder not in ENCODERS:
+            raise ValueError(f"encoder must be one of {ENCODERS}, got {self.encoder!r}")
         for f in ("total_ticks", "utd", "batch_size", "num_critics", "eval_episodes", "checkpoint_every"):
             if getattr(self, f) <= 0:
                 raise ValueError(f"{f} must be positive, got {getattr(self, f)}")

@@ -90,7 +90,9 @@ actor stops) while the registered actor was heard from within ``TAKEOVER_S``; af
 one takes over (an actor restarted after a crash), and the transitions of an episode the previous
 actor left half-way stay in the buffer. Evaluations are
 reported once: those logged after the learner's last checkpoint are lost if it restarts. Videos
-are written in the local mode only. The agent trains on the CPU (as in the local mode).
+are written in the local mode only. The agent trains on the CPU (as in the local mode). Only
+``encoder = vla`` sessions split: transitions carry VLA features, not the camera frames
+``encoder = cnn`` replays (both roles refuse such a session).
 
 This module imports no torch at import time (``vla.cli`` imports it for its error types).
 """
@@ -328,6 +330,13 @@ def curve_keys(keys_dir: str | None) -> CurveKeys | None:
                      client_secret=j("client.key_secret"), authorized_clients=j("authorized_clients"))
 
 
+def _check_link_carries(cfg: RLConfig) -> None:
+    """The link's transitions carry VLA features (``feat``), not camera frames: refuse other encoders."""
+    if cfg.encoder != "vla":
+        raise RemoteRLError(f"encoder {cfg.encoder!r} runs in-process only (vla rl --role local): the actor / learner "
+                            "link carries the VLA's features, not camera frames")
+
+
 # -- learner --------------------------------------------------------------------------------------
 class Learner:
     """The learner's state and its message loop. ``serve()`` runs until the actor's ``bye``;
@@ -338,6 +347,7 @@ class Learner:
                  context: zmq.Context | None = None) -> None:
         from vla.rl import RunLog, Session, resume_session, start_run
 
+        _check_link_carries(cfg)
         self.cfg, self.progress = cfg, progress
         # the socket first: a refused bind (no keys off loopback, port in use) leaves the run untouched
         self.sock = (context or zmq.Context.instance()).socket(zmq.ROUTER)
@@ -858,6 +868,7 @@ class Actor:
         config, with this machine's ``checkpoint`` / ``robot`` if given."""
         w = self.link.wait_welcome()
         cfg = RLConfig.from_dict(w["config"])
+        _check_link_carries(cfg)
         over = {k: getattr(self.cfg, k) for k in ("checkpoint", "robot") if getattr(self.cfg, k)}
         self.rl_cfg = dataclasses.replace(cfg, **over)
         return self.rl_cfg

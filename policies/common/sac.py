@@ -194,7 +194,10 @@ class SAC:
     """
 
     def __init__(self, obs_dim: int | None, action_dim: int, cfg: SACConfig = SACConfig(),
-                 encoder: nn.Module | None = None, device: torch.device | str = "cpu", seed: int = 0) -> None:
+                 encoder: nn.Module | None = None, device: torch.device | str = "cpu", seed: int = 0,
+                 critic_trains_encoder: bool = True) -> None:
+        """``critic_trains_encoder=False`` leaves the encoder out of the critic optimiser: the caller
+        trains it with a loss of its own (DSRL-NA: the action critic's TD loss)."""
         if encoder is not None:
             enc_dim = int(getattr(encoder, "out_dim"))
             if obs_dim is not None and obs_dim != enc_dim:
@@ -214,7 +217,9 @@ class SAC:
         self.encoder = encoder.to(self.device) if encoder is not None else None
         self.log_alpha = torch.tensor(math.log(cfg.init_temperature), device=self.device, requires_grad=True)
         self.target_entropy = -action_dim / 2.0 if cfg.target_entropy is None else float(cfg.target_entropy)
-        critic_params = list(self.critic.parameters()) + (list(self.encoder.parameters()) if self.encoder else [])
+        critic_params = list(self.critic.parameters())
+        if self.encoder is not None and critic_trains_encoder:
+            critic_params += list(self.encoder.parameters())
         fused = self.device.type in ("cpu", "cuda")  # one fused kernel per step instead of one per op
         self.actor_opt = torch.optim.Adam(self.actor.parameters(), lr=cfg.actor_lr, fused=fused)
         self.critic_opt = torch.optim.Adam(critic_params, lr=cfg.critic_lr, fused=fused)

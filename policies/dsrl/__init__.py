@@ -1,5 +1,5 @@
 """DSRL: latent-noise SAC that steers a frozen flow VLA (see agent.py)."""
 
-from policies.dsrl.agent import VARIANTS, DSRLAgent, DSRLConfig
+from policies.dsrl.agent import ENCODERS, VARIANTS, DSRLAgent, DSRLConfig
 
-__all__ = ["VARIANTS", "DSRLAgent", "DSRLConfig"]
+__all__ = ["ENCODERS", "VARIANTS", "DSRLAgent", "DSRLConfig"]

@@ -27,6 +27,19 @@ Variants (``DSRLConfig.variant``):
 
 NA needs ``vla.sample_actions_from_embedding`` (the compact VLA has it): the distillation
 re-generates chunks for replayed states with fresh noise.
+
+Observation encoders (``DSRLConfig.encoder``): what the actor and the critics read.
+
+* ``vla``: the frozen VLA's embedding ``feat`` (no trainable encoder).
+* ``cnn`` (the paper's pi0 setup): the camera frames at ``image_size`` (uint8) and the robot
+  state through ``SmallImageStateEncoder``, shared by actor and critics (SERL / DrQ): trained by
+  the critic's TD loss (NA: ``Q^A``'s), read detached by the actor (and, in NA, by ``Q^W``'s
+  distillation, so ``Q^A`` and ``Q^W`` see the same encoded observation); replayed images get
+  DrQ's random shift (+-``image_pad`` pixels, ``obs`` and ``next_obs`` independently) in every
+  critic update. NA still stores ``feat``: ``pi_vla(s, w)`` is the VLA denoising from its own
+  embedding, which the low-resolution frames cannot rebuild.
+
+``DSRLAgent.obs_spec`` is the observation the replay buffers store per transition.
 """
 
 from __future__ import annotations
@@ -39,10 +52,12 @@ import numpy as np
 import torch
 from torch import nn
 
+from policies.common.encoders import SmallImageStateEncoder, count_parameters, shift_observations
 from policies.common.replay import ReplayBuffer, sample_mixed
 from policies.common.sac import SAC, EnsembleCritic, SACConfig
 
 VARIANTS = ("sac", "na", "action")
+ENCODERS = ("vla", "cnn")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -60,6 +75,13 @@ class DSRLConfig:
     """Macro-steps with w ~ N(0, I) (the base VLA's own behaviour) before any update."""
     distill_steps: int = 10
     """NA: Q^W distillation steps per update round."""
+    encoder: str = "vla"
+    """What actor and critics read: ``vla`` (the frozen VLA's embedding) or ``cnn`` (camera frames at
+    ``image_size`` + robot state through a small CNN trained by the critic loss, as DSRL on pi0)."""
+    image_size: int = 64
+    """cnn: side of the square uint8 camera frames the encoder reads (and the replay buffers store)."""
+    image_pad: int = 4
+    """cnn: DrQ random shift of the replayed frames by up to +-image_pad pixels per critic update (0: none)."""
     sac: SACConfig = SACConfig(utd=20)
     """SAC settings (action_scale is set from noise_bound)."""
 
@@ -70,6 +92,13 @@ class DSRLConfig:
             raise ValueError(f"DSRLConfig.noise_bound must be positive, got {self.noise_bound}")
         if self.warmup_steps < 0 or self.distill_steps < 1:
             raise ValueError("DSRLConfig.warmup_steps must be >= 0 and distill_steps >= 1")
+        if self.encoder not in ENCODERS:
+            raise ValueError(f"DSRLConfig.encoder must be one of {ENCODERS}, got {self.encoder!r}")
+        if self.image_size < 16 or self.image_size % 16:
+            raise ValueError(f"DSRLConfig.image_size must be a positive multiple of 16 (the CNN halves it 4 times), "
+                             f"got {self.image_size}")
+        if not 0 <= self.image_pad < self.image_size // 2:
+            raise ValueError(f"DSRLConfig.image_pad must be in [0, {self.image_size // 2}), got {self.image_pad}")
 
 
 class _Select(nn.Module):
@@ -84,7 +113,15 @@ class _Select(nn.Module):
 
 
 class DSRLAgent:
-    def __init__(self, vla, cfg: DSRLConfig = DSRLConfig(), seed: int = 0, feat_dim: int | None = None) -> None:
+    """Args:
+        vla: the frozen VLA (``noise_shape``, ``embed``, ``sample_actions_from_embedding``, ...).
+        feat_dim: size of ``vla.embed()`` (default: ``vla.cfg.cond_dim``); needed unless the agent
+            never reads the embedding (encoder ``cnn`` with variant ``sac`` / ``action``).
+        cameras, state_dim: encoder ``cnn``: the camera names and the robot state's length.
+    """
+
+    def __init__(self, vla, cfg: DSRLConfig = DSRLConfig(), seed: int = 0, feat_dim: int | None = None,
+                 cameras: list[str] | tuple[str, ...] | None = None, state_dim: int | None = None) -> None:
         self.vla, self.cfg = vla, cfg
         self.h, self.a = (int(x) for x in vla.noise_shape)
         self.exec_steps = cfg.exec_steps or self.h
@@ -95,20 +132,55 @@ class DSRLAgent:
                              f"chunk), got {cfg.noise_dims}")
         self.noise_dim = cfg.noise_dims or self.h * self.a
         self.feat_dim = feat_dim or int(getattr(getattr(vla, "cfg", None), "cond_dim", 0))
-        if not self.feat_dim:
+        # NA re-generates chunks pi_vla(s, w) from the stored embedding, whatever the encoder
+        stores_feat = cfg.encoder == "vla" or cfg.variant == "na"
+        if stores_feat and not self.feat_dim:
             raise ValueError("feat_dim: size of vla.embed() features could not be inferred; pass feat_dim")
+        self.obs_spec: dict[str, tuple[tuple[int, ...], Any]] = {}
+        """What one observation holds in the replay buffers (and what ``act`` reads): {name: (shape, dtype)}."""
+        if cfg.encoder == "cnn":
+            if not cameras or state_dim is None:
+                raise ValueError("encoder 'cnn' needs cameras=[...] and state_dim= (the env's camera names and "
+                                 "robot state length)")
+            clash = {"feat", "state"} & set(cameras)
+            if clash:
+                raise ValueError(f"camera name(s) {sorted(clash)} clash with observation fields; rename the camera(s)")
+            self.cameras = list(cameras)
+            with torch.random.fork_rng(devices=[]):  # seeded init without touching the global RNG
+                torch.manual_seed(seed + 2)
+                encoder = SmallImageStateEncoder(self.cameras, cfg.image_size, int(state_dim))
+            s = cfg.image_size
+            self.obs_spec.update({c: ((s, s, 3), np.uint8) for c in self.cameras})
+            self.obs_spec["state"] = ((int(state_dim),), np.float32)
+        else:
+            self.cameras = []
+            encoder = _Select(self.feat_dim)
+        if stores_feat:
+            self.obs_spec["feat"] = ((self.feat_dim,), np.float32)
         bound = 1.0 if cfg.variant == "action" else cfg.noise_bound
         sac_cfg = dataclasses.replace(cfg.sac, action_scale=bound)
-        self.sac = SAC(None, self.noise_dim, sac_cfg, encoder=_Select(self.feat_dim), seed=seed)
+        # NA: the encoder learns from Q^A's TD loss (below), not from Q^W's distillation
+        self.sac = SAC(None, self.noise_dim, sac_cfg, encoder=encoder, seed=seed,
+                       critic_trains_encoder=cfg.variant != "na")
         self.chunk_dim = self.exec_steps * self.a
         if cfg.variant == "na":
             with torch.random.fork_rng(devices=[]):
                 torch.manual_seed(seed + 1)
-                self.qa = EnsembleCritic(self.feat_dim, self.chunk_dim, sac_cfg.num_critics, sac_cfg.hidden,
+                self.qa = EnsembleCritic(self.sac.obs_dim, self.chunk_dim, sac_cfg.num_critics, sac_cfg.hidden,
                                          sac_cfg.critic_layer_norm)
             self.qa_target = copy.deepcopy(self.qa).requires_grad_(False)
-            self.qa_opt = torch.optim.Adam(self.qa.parameters(), lr=sac_cfg.critic_lr)
+            self.qa_opt = torch.optim.Adam([*self.qa.parameters(), *self.sac.encoder.parameters()],
+                                           lr=sac_cfg.critic_lr)
         self.updates = 0
+
+    def parameter_counts(self) -> dict[str, int]:
+        """Trainable parameters: encoder, actor, noise critic Q^W, action critic Q^A (NA), total
+        (target networks not counted: they are copies)."""
+        n = {"encoder": count_parameters(self.sac.encoder), "actor": count_parameters(self.sac.actor),
+             "critic_w": count_parameters(self.sac.critic),
+             "critic_a": count_parameters(self.qa) if self.cfg.variant == "na" else 0}
+        n["total"] = sum(n.values())
+        return n
 
     # -- acting --------------------------------------------------------------------------------
     def w_to_noise(self, w: torch.Tensor) -> torch.Tensor:
@@ -131,31 +203,42 @@ class DSRLAgent:
             return x if normalized else self.vla.unnormalize_actions(x)
         return self.vla.sample_actions_from_embedding(feat, noise=self.w_to_noise(w), normalized=normalized)
 
-    def act(self, feat: torch.Tensor, rng: np.random.Generator, warmup: bool,
+    def act(self, obs: torch.Tensor | dict[str, torch.Tensor], rng: np.random.Generator, warmup: bool,
             deterministic: bool = False) -> torch.Tensor:
-        """-> w [B, d]. In warm-up, w ~ N(0, I) clipped to the bound (the base VLA; for the
+        """-> w [B, d] for a batch of observations laid out by ``obs_spec`` (a bare tensor: the VLA
+        features ``feat``). In warm-up, w ~ N(0, I) clipped to the bound (the base VLA; for the
         ``action`` baseline: random actions)."""
+        if isinstance(obs, torch.Tensor):
+            obs = {"feat": obs}
         if warmup:
-            w = rng.standard_normal((feat.shape[0], self.noise_dim)).astype(np.float32)
+            w = rng.standard_normal((len(next(iter(obs.values()))), self.noise_dim)).astype(np.float32)
             b = self.sac.cfg.action_scale
             return torch.from_numpy(np.clip(w, -b, b))
-        return self.sac.act({"feat": feat}, deterministic=deterministic, generator=self.sac.generator)
+        return self.sac.act(obs, deterministic=deterministic, generator=self.sac.generator)
 
     # -- learning ------------------------------------------------------------------------------
     def update(self, online: ReplayBuffer, offline: ReplayBuffer | None, rng: np.random.Generator) -> dict[str, float]:
         bs = self.cfg.sac.batch_size
         if self.cfg.variant in ("sac", "action"):
             # the noise-space critic can only learn from transitions that have a noise action
-            info = self.sac.update_many(lambda: online.sample(bs, rng))
+            info = self.sac.update_many(lambda: self._augment(online.sample(bs, rng)))
         else:
             use_off = offline is not None and len(offline) > 0
 
             def sample() -> dict[str, Any]:
-                return sample_mixed(online, offline, bs, 0.5, rng) if use_off else online.sample(bs, rng)
+                b = sample_mixed(online, offline, bs, 0.5, rng) if use_off else online.sample(bs, rng)
+                return self._augment(b)
 
             info = self._update_na(sample)
         self.updates += 1
         return info
+
+    def _augment(self, batch: dict[str, Any]) -> dict[str, Any]:
+        """cnn: DrQ's random shift of every replayed frame (obs and next_obs drawn independently), from
+        the SAC generator, so that a resumed agent shifts exactly as the uninterrupted one."""
+        if self.cfg.encoder != "cnn" or self.cfg.image_pad == 0:
+            return batch
+        return shift_observations(batch, self.cfg.image_pad, self.sac.generator)
 
     def _qa_action(self, batch: dict[str, Any]) -> torch.Tensor:
         return batch["chunk"].reshape(batch["chunk"].shape[0], -1)
@@ -165,16 +248,19 @@ class DSRLAgent:
         qa_losses = []
         for _ in range(cfg.utd):
             b = sample()
-            s, s2 = b["obs"]["feat"], b["next_obs"]["feat"]
+            # s: the agent's encoded observation (encoder "vla": the VLA features themselves);
+            # feat: the VLA's embedding, which pi_vla denoises from
             with torch.no_grad():
+                s2, feat2 = sac.features(b["next_obs"]), b["next_obs"]["feat"]  # no target encoder (DrQ-v2)
                 # y = r + gamma (1 - d) (min_{i in K} Qbar^A_i(s', pi_vla(s', w')) - alpha log pi^W(w'|s'))
                 w2, logp2 = sac.actor.sample(s2, generator=sac.generator)
-                a2 = self.chunk(s2, w2, normalized=True)[:, : self.exec_steps].reshape(len(s2), -1)
+                a2 = self.chunk(feat2, w2, normalized=True)[:, : self.exec_steps].reshape(len(s2), -1)
                 subset = torch.randperm(cfg.num_critics, generator=sac.generator)[: cfg.critic_subset]
                 q2 = self.qa_target(s2, a2, members=subset).min(dim=0).values
                 if cfg.backup_entropy:
                     q2 = q2 - sac.alpha * logp2
                 y = b["reward"] + cfg.gamma * (1.0 - b["done"]) * q2
+            s = sac.features(b["obs"])  # with gradient: Q^A's TD loss trains the encoder (cnn)
             qa = self.qa(s, self._qa_action(b))
             loss = ((qa - y.unsqueeze(0)) ** 2).mean(dim=1).sum()
             self.qa_opt.zero_grad(set_to_none=True)
@@ -184,14 +270,15 @@ class DSRLAgent:
                 torch._foreach_lerp_(list(self.qa_target.parameters()), list(self.qa.parameters()), cfg.tau)
             qa_losses.append(loss.detach())
         # distil Q^W(s, w) <- Q^A(s, pi_vla(s, w)), w ~ N(0, I): the noise critic sees every noise the
-        # VLA maps to the same action as equally good ("noise aliasing")
-        s = b["obs"]["feat"]
+        # VLA maps to the same action as equally good ("noise aliasing"). Q^W and the actor read the
+        # same encoded observation as Q^A, detached: only Q^A's TD loss trains the encoder
+        s, feat = s.detach(), b["obs"]["feat"]
         qw_losses = []
         for _ in range(self.cfg.distill_steps):
             w = torch.randn(len(s), self.noise_dim, generator=sac.generator).clamp(-self.cfg.noise_bound,
                                                                                    self.cfg.noise_bound)
             with torch.no_grad():
-                a = self.chunk(s, w, normalized=True)[:, : self.exec_steps].reshape(len(s), -1)
+                a = self.chunk(feat, w, normalized=True)[:, : self.exec_steps].reshape(len(s), -1)
                 target = self.qa(s, a).mean(dim=0)
             qw = sac.critic(s, w)
             loss = ((qw - target.unsqueeze(0)) ** 2).mean(dim=1).sum()
@@ -213,6 +300,10 @@ class DSRLAgent:
         return d
 
     def load_state_dict(self, d: dict[str, Any]) -> None:
+        for k in ("variant", "encoder"):
+            saved = d["config"].get(k, "vla" if k == "encoder" else None)
+            if saved != getattr(self.cfg, k):
+                raise ValueError(f"the checkpoint's agent has {k} {saved!r}, this one {getattr(self.cfg, k)!r}")
         self.sac.load_state_dict(d["sac"])
         self.updates = int(d["updates"])
         if self.cfg.variant == "na":

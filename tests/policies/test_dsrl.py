@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import dataclasses
+import io
+
 import numpy as np
 import pytest
 import torch
@@ -96,3 +99,172 @@ def test_agent_state_round_trip_gives_identical_updates():
     ia = a.update(buf, None, np.random.default_rng(7))
     ib = b.update(buf, None, np.random.default_rng(7))
     assert ia == ib
+
+
+# -- encoder "cnn": the agent reads camera frames + state through a small CNN ---------------------
+def _scene(ctx: int, size: int = 16) -> np.ndarray:
+    """A synthetic camera frame: a bright block on the left (context 0) or on the right (context 1)."""
+    img = np.full((size, size, 3), 20, np.uint8)
+    half = size // 2
+    img[2:-2, 1:half - 1] = 230 if ctx == 0 else 20
+    img[2:-2, half + 1:-1] = 230 if ctx == 1 else 20
+    return img
+
+
+CNN_TARGETS = (0.5, -0.95)  # the rewarded chunk (every entry) in context 0 / 1; the base VLA sits near -0.66
+
+
+def _cnn_obs(ctx: int, agent: DSRLAgent) -> dict:
+    o = {"front": _scene(ctx, agent.cfg.image_size), "state": np.zeros(2, np.float32)}
+    if "feat" in agent.obs_spec:
+        o["feat"] = np.ones(4, np.float32)  # the same VLA embedding in both contexts: only the image tells them apart
+    return o
+
+
+def _batch(o: dict) -> dict:
+    return {k: torch.from_numpy(v)[None] for k, v in o.items()}
+
+
+def _cnn_agent(variant: str, seed: int = 0, **sac) -> DSRLAgent:
+    sac_cfg = dict(utd=2, batch_size=64, num_critics=2, hidden=(64, 64), init_temperature=0.01, backup_entropy=False,
+                   gamma=0.0, actor_lr=1e-3, critic_lr=1e-3)  # faster than the defaults: a short test
+    sac_cfg.update(sac)
+    cfg = DSRLConfig(variant=variant, encoder="cnn", image_size=16, image_pad=2, noise_bound=2.0, warmup_steps=0,
+                     distill_steps=2, sac=SACConfig(**sac_cfg))
+    return DSRLAgent(ToyVLA().requires_grad_(False), cfg, seed=seed, cameras=["front"], state_dim=2)
+
+
+def _cnn_transition(agent: DSRLAgent, ctx: int, w: torch.Tensor) -> dict:
+    chunk = agent.chunk(torch.ones(1, 4), w, normalized=True)[0]
+    r = float(-((chunk - CNN_TARGETS[ctx]) ** 2).sum())
+    o = _cnn_obs(ctx, agent)
+    return dict(obs=o, action=w[0].numpy(), reward=r, next_obs=o, done=True, chunk=chunk.numpy())
+
+
+@pytest.mark.parametrize("variant", ["na", "sac"])
+def test_cnn_encoder_learns_which_noise_the_image_rewards(variant):
+    """Two contexts that only the camera frame tells apart, each rewarding a different chunk: the
+    agent must read the image (through the CNN) to pick the right noise in each."""
+    torch.set_num_threads(1)
+    torch.manual_seed(0)
+    agent = _cnn_agent(variant)
+    n = agent.parameter_counts()
+    print(f"cnn {variant}: parameters {n}")
+    assert n["total"] < 1_000_000 and n["encoder"] > 0 and n["total"] == sum(v for k, v in n.items() if k != "total")
+    buf = ReplayBuffer(10_000, agent.obs_spec, agent.noise_dim, {"chunk": ((2, 2), np.float32)})
+    rng = np.random.default_rng(0)
+    for i in range(200):
+        ctx = i % 2
+        w = agent.act(_batch(_cnn_obs(ctx, agent)), rng, warmup=i < 60)
+        buf.add(**_cnn_transition(agent, ctx, w))
+        if i >= 60:
+            info = agent.update(buf, None, rng)
+    assert all(np.isfinite(v) for v in info.values())
+    for ctx, target in enumerate(CNN_TARGETS):
+        w = agent.act(_batch(_cnn_obs(ctx, agent)), rng, warmup=False, deterministic=True)
+        err = float(((agent.chunk(torch.ones(1, 4), w, normalized=True)[0] - target) ** 2).sum())
+        base = float(((torch.tanh(torch.full((2, 2), -0.8)) - target) ** 2).sum())  # zero noise
+        assert err < 0.25 * base, (variant, ctx, err, base)
+
+
+def _opt_params(opt) -> set[int]:
+    return {id(p) for g in opt.param_groups for p in g["params"]}
+
+
+def test_cnn_layout_parameter_counts_and_which_loss_trains_the_encoder():
+    class Pi0LikeVLA(ToyVLA):  # chunks of 8 x 7 and a 256-d embedding
+        noise_shape = action_shape = (8, 7)
+
+    vla = Pi0LikeVLA()
+    vla.cfg.cond_dim = 256
+    # DSRL on pi0: 2 cameras at 64 x 64, an 8-d state, a 7-d noise tiled over the chunk, 3 x 128 MLPs
+    cfg = DSRLConfig(encoder="cnn", noise_dims=7, sac=SACConfig(num_critics=2, hidden=(128, 128, 128)))
+    na = DSRLAgent(vla, cfg, cameras=["front", "wrist"], state_dim=8)
+    sac = DSRLAgent(vla, dataclasses.replace(cfg, variant="sac"), cameras=["front", "wrist"], state_dim=8)
+    print("cnn na:", na.parameter_counts(), "\ncnn sac:", sac.parameter_counts())
+    assert na.parameter_counts() == {"encoder": 276_544, "actor": 67_726, "critic_w": 135_426, "critic_a": 147_970,
+                                     "total": 627_666}
+    assert sac.parameter_counts()["total"] == 479_696
+    # what one transition's observation holds: uint8 frames + state (+ the VLA embedding NA re-generates chunks from)
+    frames = {"front": ((64, 64, 3), np.uint8), "wrist": ((64, 64, 3), np.uint8), "state": ((8,), np.float32)}
+    assert na.obs_spec == {**frames, "feat": ((256,), np.float32)} and sac.obs_spec == frames
+    assert DSRLAgent(vla, DSRLConfig(sac=SACConfig(num_critics=2))).obs_spec == {"feat": ((256,), np.float32)}
+    # the shared encoder learns from the critic's TD loss only: NA's Q^A optimiser (not Q^W's distillation,
+    # not the actor); SAC's critic optimiser
+    enc = {id(p) for p in na.sac.encoder.parameters()}
+    assert enc <= _opt_params(na.qa_opt) and not enc & (_opt_params(na.sac.critic_opt) | _opt_params(na.sac.actor_opt))
+    enc = {id(p) for p in sac.sac.encoder.parameters()}
+    assert enc <= _opt_params(sac.sac.critic_opt) and not enc & _opt_params(sac.sac.actor_opt)
+    with pytest.raises(ValueError, match="needs cameras"):
+        DSRLAgent(vla, cfg)
+    with pytest.raises(ValueError, match="clash"):
+        DSRLAgent(vla, cfg, cameras=["state"], state_dim=8)
+    with pytest.raises(ValueError, match="encoder must be one of"):
+        DSRLConfig(encoder="resnet")
+    with pytest.raises(ValueError, match="image_size"):
+        DSRLConfig(encoder="cnn", image_size=40)
+
+
+def _cnn_buffer(agent: DSRLAgent, n: int = 24, capacity: int = 100) -> ReplayBuffer:
+    buf = ReplayBuffer(capacity, agent.obs_spec, agent.noise_dim, {"chunk": ((2, 2), np.float32)})
+    rng = np.random.default_rng(3)
+
+    def obs() -> dict:  # random frames: every pixel matters for an exact round trip
+        o = {"front": rng.integers(0, 256, (16, 16, 3), dtype=np.uint8), "state": rng.normal(size=2).astype(np.float32)}
+        if "feat" in agent.obs_spec:
+            o["feat"] = rng.normal(size=4).astype(np.float32)
+        return o
+
+    for i in range(n):
+        buf.add(obs(), rng.uniform(-1, 1, agent.noise_dim).astype(np.float32), float(i % 3), obs(), i % 5 == 4,
+                chunk=rng.uniform(-1, 1, (2, 2)).astype(np.float32), intervention=i % 4 == 0)
+    return buf
+
+
+def test_cnn_replay_shift_augments_frames_only():
+    agent = _cnn_agent("na")
+    b = _cnn_buffer(agent).sample(64, np.random.default_rng(0))
+    shifted = agent._augment(b)
+    assert shifted["obs"]["front"].dtype == torch.uint8 and shifted["obs"]["front"].shape == (64, 16, 16, 3)
+    assert not torch.equal(shifted["obs"]["front"], b["obs"]["front"])
+    for k in ("state", "feat"):
+        assert torch.equal(shifted["obs"][k], b["obs"][k]) and torch.equal(shifted["next_obs"][k], b["next_obs"][k])
+    assert torch.equal(shifted["chunk"], b["chunk"]) and torch.equal(shifted["action"], b["action"])
+    plain = DSRLAgent(ToyVLA(), dataclasses.replace(agent.cfg, image_pad=0), cameras=["front"], state_dim=2)
+    assert plain._augment(b) is b
+
+
+@pytest.mark.parametrize("variant", ["na", "sac"])
+def test_cnn_agent_and_replay_round_trip_through_bytes_give_identical_updates(variant, tmp_path):
+    """Agent state (encoder, its optimiser moments, the generator the image shifts draw from) and the
+    image replay buffer, saved and loaded: the next updates are bit-identical."""
+    torch.set_num_threads(1)
+    a = _cnn_agent(variant, seed=1, utd=2, batch_size=8, hidden=(16,))
+    buf = _cnn_buffer(a, n=130, capacity=100)  # wrapped ring
+    a.update(buf, buf, np.random.default_rng(5))
+    f = io.BytesIO()  # through bytes, as a checkpoint on disk (optimiser states must not be shared)
+    torch.save(a.state_dict(), f)
+    f.seek(0)
+    b = _cnn_agent(variant, seed=99, utd=2, batch_size=8, hidden=(16,))
+    b.load_state_dict(torch.load(f, weights_only=False))
+    buf.save(tmp_path / "online.npz")
+    back = ReplayBuffer.load(tmp_path / "online.npz")
+    assert (back.ptr, back.size) == (buf.ptr, buf.size) == (30, 100) and back.obs_spec == buf.obs_spec
+    for k in buf.obs_spec:
+        assert back.obs[k].dtype == buf.obs[k].dtype
+        np.testing.assert_array_equal(back.obs[k], buf.obs[k])
+        np.testing.assert_array_equal(back.next_obs[k], buf.next_obs[k])
+    for name in ("action", "reward", "done"):
+        np.testing.assert_array_equal(getattr(back, name), getattr(buf, name))
+    np.testing.assert_array_equal(back.extras["chunk"], buf.extras["chunk"])
+    for _ in range(2):
+        ia = a.update(buf, buf, np.random.default_rng(7))
+        ib = b.update(back, back, np.random.default_rng(7))
+        assert ia == ib
+    for pa, pb in zip(a.sac.encoder.parameters(), b.sac.encoder.parameters()):
+        assert torch.equal(pa, pb)
+    obs = {k: torch.from_numpy(v[:3]) for k, v in buf.obs.items()}
+    assert torch.equal(a.act(obs, None, warmup=False, deterministic=True),
+                       b.act(obs, None, warmup=False, deterministic=True))
+    with pytest.raises(ValueError, match="encoder 'cnn'"):
+        DSRLAgent(ToyVLA(), dataclasses.replace(a.cfg, encoder="vla")).load_state_dict(a.state_dict())

@@ -465,3 +465,20 @@ def test_cli_roles_explain_themselves(capsys):
     assert "give --task to the learner" in capsys.readouterr().err
     assert main(["rl", "--role", "local", "--learner", "tcp://127.0.0.1:1"]) == 2
     assert "--learner is for --role actor" in capsys.readouterr().err
+
+
+def test_cnn_encoder_is_refused_by_the_split_session(tmp_path, capsys):
+    """Transitions on the wire carry VLA features, not camera frames: --encoder cnn stays in-process."""
+    from vla.cli import main
+    from vla.rl_config import RLConfig
+    from vla.rl_remote import RemoteRLError
+
+    assert main(["rl", "--role", "learner", "--encoder", "cnn", "--checkpoint", "x", "--task", "pick_red_cube",
+                 "--out", str(tmp_path / "run")]) == 2
+    assert "--encoder cnn runs with --role local only" in capsys.readouterr().err
+    cfg = RLConfig(checkpoint="x", out=str(tmp_path / "run"), task="pick_red_cube", encoder="cnn")
+    with pytest.raises(RemoteRLError, match="in-process only"):  # e.g. --resume of a cnn session as a learner
+        Learner(cfg, None, bind="tcp://127.0.0.1:*", progress=False)
+    assert not (tmp_path / "run").exists()
+    with pytest.raises(ValueError, match="encoder must be one of"):
+        RLConfig(checkpoint="x", out="o", task="pick_red_cube", encoder="resnet")

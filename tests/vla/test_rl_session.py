@@ -1,4 +1,5 @@
-"""`vla rl` sessions on the fast sim Franka: frozen VLA, operator interventions, kill + exact resume."""
+"""`vla rl` sessions on the fast sim Franka: frozen VLA, operator interventions, kill + exact resume; the cnn
+encoder's session on a stub VLA and camera env."""
 
 from __future__ import annotations
 
@@ -73,6 +74,96 @@ def test_session_keeps_the_vla_frozen_and_records_interventions(tiny_vla, tmp_pa
     np.testing.assert_allclose(demo.extras["chunk"][0], online.extras["chunk"][1])
     eps = [json.loads(x) for x in open(tmp_path / "run/episodes.jsonl")]
     assert [e["interventions"] for e in eps] == [1, 1, 1]
+
+
+class _StubVLA(torch.nn.Module):
+    """A frozen 'VLA' without a trunk: embedding = a projection of the state, chunk = tanh(noise + bias)."""
+
+    noise_shape = action_shape = (4, 7)
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.bias = torch.nn.Parameter(torch.full((4, 7), -0.5))
+        self.proj = torch.nn.Parameter(torch.linspace(-1, 1, 48).reshape(8, 6))
+        self.cfg = type("C", (), {"cond_dim": 6})()
+
+    def embed(self, batch):
+        return torch.as_tensor(batch["state"]) @ self.proj
+
+    def sample_actions_from_embedding(self, emb, noise=None, normalized=False):
+        x = torch.tanh(noise + self.bias)
+        return x if normalized else self.unnormalize_actions(x)
+
+    def unnormalize_actions(self, x):
+        return x * 0.02
+
+    def normalize_actions(self, x):
+        return x / 0.02
+
+
+class _CameraEnv:
+    """Two 96 x 96 cameras whose frames and state come from the seed and the step; rewarded when the
+    chunk's mean is positive; 8 ticks per episode."""
+
+    max_ticks = 8
+
+    def __init__(self) -> None:
+        from gymnasium import spaces
+
+        self.observation_space = spaces.Dict({
+            "images": spaces.Dict({c: spaces.Box(0, 255, (96, 96, 3), np.uint8) for c in ("front", "wrist")}),
+            "state": spaces.Box(-np.inf, np.inf, (8,), np.float32)})
+
+    def _obs(self):
+        rng = np.random.default_rng([self.seed, self.t])
+        return {"images": {c: rng.integers(0, 256, (96, 96, 3), dtype=np.uint8) for c in ("front", "wrist")},
+                "state": rng.normal(size=8).astype(np.float32), "instruction": "pick"}
+
+    def reset(self, seed=None):
+        self.seed, self.t = seed, 0
+        return self._obs(), {}
+
+    def step(self, chunk):
+        self.t += len(chunk)
+        r = float(np.mean(chunk) > 0)
+        return self._obs(), r, r > 0, False, {"success": r > 0}
+
+
+def test_cnn_encoder_session_stores_frames_and_resumes_exactly(tmp_path):
+    """`vla rl --encoder cnn` at the Session level (a stub VLA and a camera env, no simulator): the
+    replay holds each camera at 64 x 64 uint8 + the state (+ the VLA embedding, NA), the agent
+    learns, and save / load continues with identical transitions and updates."""
+    from vla.models.encoders import resize_uint8
+    from vla.rl import Session, start_run
+    from vla.rl_config import RLConfig
+
+    torch.set_num_threads(1)
+    cfg = RLConfig(checkpoint="stub", out=str(tmp_path / "run"), task="pick_red_cube", encoder="cnn", total_ticks=64,
+                   warmup_steps=1, utd=1, batch_size=4, num_critics=2, hidden=(16,), distill_steps=1, eval_every=0)
+    start_run(cfg, resume=False)
+    sess = Session(cfg, _CameraEnv(), _StubVLA(), progress=False)
+    n = sess.agent.parameter_counts()
+    assert 0 < n["encoder"] < n["total"] < 1_000_000
+    frame = ((64, 64, 3), np.dtype(np.uint8))
+    assert sess.online.obs_spec == {"front": frame, "wrist": frame, "state": ((8,), np.dtype(np.float32)),
+                                    "feat": ((6,), np.dtype(np.float32))}
+    for ep in range(2):
+        r = sess.run_episode(ep)
+        sess.episode += 1
+    assert r["losses"] and len(sess.online) == 4  # 2 episodes x 2 macro-steps of 4 ticks
+    o0, _ = _CameraEnv().reset(0)
+    small = resize_uint8(torch.from_numpy(o0["images"]["front"])[None], 64)[0]
+    np.testing.assert_array_equal(sess.online.obs["front"][0], small)
+    np.testing.assert_array_equal(sess.online.obs["state"][0], o0["state"])
+    np.testing.assert_array_equal(sess.online.next_obs["wrist"][0], sess.online.obs["wrist"][1])  # s'0 = s1
+    sess.save()
+    back = Session(cfg, _CameraEnv(), _StubVLA(), progress=False)
+    back.load()
+    ra, rb = sess.run_episode(2), back.run_episode(2)
+    assert ra["losses"] == rb["losses"] and ra["return"] == rb["return"]
+    for k in sess.online.obs_spec:
+        np.testing.assert_array_equal(sess.online.obs[k][:6], back.online.obs[k][:6])
+    np.testing.assert_array_equal(sess.online.action[:6], back.online.action[:6])
 
 
 def test_kill_and_resume_continues_from_the_same_step_and_replay(tiny_vla, tmp_path):

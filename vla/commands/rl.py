@@ -53,6 +53,10 @@ s / f record their verdict on the last episode); no answer within --reset-timeou
     p.add_argument("--method", choices=["dsrl"], default="dsrl")
     p.add_argument("--variant", choices=["na", "sac", "action"], default=d["variant"],
                    help="DSRL variant: na (default), sac; action = the baseline, plain SAC on the raw action chunk")
+    p.add_argument("--encoder", choices=["vla", "cnn"], default=d["encoder"],
+                   help="what the agent reads: vla = the frozen VLA's embedding (default); cnn = the camera frames "
+                        "at 64x64 + the robot state through a small CNN (~280K parameters with 2 cameras) trained by "
+                        "the critic loss, as DSRL on pi0 (replay stores the frames; --role local only)")
     p.add_argument("--checkpoint", help="the VLA to steer (checkpoint or `vla train` run directory)")
     p.add_argument("--task", help="sim task; its success predicate is the reward")
     p.add_argument("--reward", default=d["reward"], metavar="SOURCE",
@@ -138,6 +142,9 @@ def _check_role_args(args) -> None:
             raise ValueError(f"the actor takes the session from the learner: give {', '.join(given)} to the learner")
     if args.role == "local" and args.keys:
         raise ValueError("--keys is for --role learner / actor")
+    if args.role != "local" and args.encoder != "vla":
+        raise ValueError(f"--encoder {args.encoder} runs with --role local only: the actor / learner link carries "
+                         "the VLA's features, not camera frames (use --encoder vla to split the session)")
 
 
 def run(args) -> int:
@@ -179,7 +186,8 @@ def run(args) -> int:
             if not args.task and not args.instruction:
                 raise ValueError("a real-robot session needs --instruction (or --task for a sim task)")
         cfg = RLConfig(checkpoint=os.path.abspath(args.checkpoint), out=args.out, method=args.method,
-                       variant=args.variant, robot=args.robot or RLConfig.robot, total_ticks=args.total_ticks,
+                       variant=args.variant, encoder=args.encoder, robot=args.robot or RLConfig.robot,
+                       total_ticks=args.total_ticks,
                        max_episode_ticks=args.max_episode_ticks, exec_steps=args.exec_steps,
                        noise_bound=args.noise_bound, noise_dims=args.noise_dims, warmup_steps=args.warmup_steps,
                        distill_steps=args.distill_steps, utd=args.utd, batch_size=args.batch_size,
