@@ -60,10 +60,11 @@ class CompactVLAConfig:
     """Euler steps of the sampler."""
     pretrained: bool = True
     """Load ImageNet weights into the trunk (False only for tests)."""
-    neck: str = "keypoints"
-    """Per-camera neck: ``"keypoints"`` (1x1 convs -> spatial softmax) or ``"film"`` (two trainable
-    3x3 convs on the fine map, modulated by the instruction (FiLM), -> spatial softmax: the
-    keypoints can single out the object the instruction names)."""
+    neck: str = "film"
+    """Per-camera neck: ``"film"`` (two trainable 3x3 convs on the fine map, modulated by the
+    instruction (FiLM), -> spatial softmax: the keypoints can single out the object the
+    instruction names) or ``"keypoints"`` (1x1 convs -> spatial softmax; checkpoints written
+    before the FiLM neck existed have no ``neck`` field and load as this)."""
     neck_width: int = 32
     """Channels of the ``"film"`` neck's convolutions."""
 
@@ -348,6 +349,7 @@ class CompactVLA(VLA):
         if meta.get("kind") != KIND:
             raise ValueError(f"{cfg_path} is a {meta.get('kind') or meta.get('type')!r} checkpoint, not {KIND!r}")
         cfg = dict(meta["config"])
+        cfg.setdefault("neck", "keypoints")  # written before the FiLM neck existed
         cfg["pretrained"] = False  # the weights come from the checkpoint
         model = cls(CompactVLAConfig.from_dict(cfg))
         if meta.get("mode") == "lora" and meta.get("lora"):
