@@ -103,6 +103,16 @@ def load_demos(roots: list[str], image_size: int, cameras: list[str] | None = No
             images = {}
             for cam in cams:
                 key = f"observation.images.{cam}"
+                if ds.meta.features[key]["dtype"] == "image":  # `vla record --no-video`: frames in the parquet rows
+                    col = ds.hf_dataset.select(rows.tolist())[key]
+                    frames = torch.from_numpy(np.stack([np.asarray(im.convert("RGB")) if hasattr(im, "convert")
+                                                        else np.asarray(im) for im in col]))
+                    if frames.ndim != 4 or frames.shape[-1] != 3:  # channels-first tensors
+                        frames = frames.permute(0, 2, 3, 1)
+                    if frames.dtype != torch.uint8:
+                        frames = (frames.float() * (255 if frames.max() <= 1 else 1)).round().clamp(0, 255).to(torch.uint8)
+                    images[cam] = resize_uint8(frames.contiguous(), image_size).numpy()
+                    continue
                 path = os.path.join(root, str(ds.meta.get_video_file_path(ep, key)))
                 ts = (float(meta[f"videos/{key}/from_timestamp"]) + ts_all[rows]).tolist()
                 frames = decode_video_frames(path, ts, tol, return_uint8=True)  # [T, 3, H, W]
