@@ -31,6 +31,7 @@ import os
 import pathlib
 import platform
 import subprocess
+import textwrap
 import sys
 import tempfile
 import time
@@ -150,7 +151,7 @@ def plot(rows: list[dict], summary: dict, path: pathlib.Path, title: str) -> Non
         ax.set_ylim(-3, 103)
         ax.grid(alpha=0.3)
         ax.legend(fontsize=7)
-    fig.suptitle(title, fontsize=9)
+    fig.suptitle(textwrap.fill(title, width=int(95 * max(1, len(tasks)) ** 0.5 * 0.6)), fontsize=9)
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)
