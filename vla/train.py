@@ -58,9 +58,11 @@ class TrainData:
 def build_data(cfg: TrainConfig, text_encoder) -> tuple[TrainData, dict[str, np.ndarray], list[str]]:
     from vla.data.demos import action_chunks, load_demos
 
-    eps = load_demos(list(cfg.datasets), cfg.image_size, list(cfg.cameras) if cfg.cameras else None)
+    eps = load_demos(list(cfg.datasets), cfg.image_size, list(cfg.cameras) if cfg.cameras else None,
+                     success_only=cfg.success_only)
     if not eps:
-        raise ValueError(f"the datasets {list(cfg.datasets)} hold no episodes")
+        raise ValueError(f"the datasets {list(cfg.datasets)} hold no "
+                         f"{'successful ' if cfg.success_only else ''}episodes")
     cams = list(cfg.cameras) if cfg.cameras else list(eps[0].images)
     instructions = sorted({e.instruction for e in eps})
     state = np.concatenate([e.state for e in eps])

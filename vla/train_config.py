@@ -27,6 +27,8 @@ class TrainConfig:
     image_size: int = 96
     cameras: tuple[str, ...] | None = None
     """Cameras to read (default: every camera of the first dataset)."""
+    success_only: bool = False
+    """Train on the episodes marked successful in ``meta/vla_episodes.jsonl`` only (filtered BC)."""
     num_tokens: int = 0
     neck: str = "film"
     """Camera neck of the compact VLA: ``film`` (instruction-modulated convolutions -> keypoints) or

@@ -42,6 +42,9 @@ but the sentence encoder trains. The fusion and the action expert always train.
     p.add_argument("--image-size", type=int, default=d["image_size"], help="camera frames are resized to this (px)")
     p.add_argument("--camera", action="append", dest="cameras", metavar="NAME",
                    help="camera to read (repeat; default every camera of the first dataset)")
+    p.add_argument("--success-only", action="store_true",
+                   help="train on successful episodes only (outcomes from meta/vla_episodes.jsonl, written by "
+                        "`vla record`; for data recorded with --keep-failures)")
     p.add_argument("--num-tokens", type=int, default=0, help="behaviour tokens for ExToken (0 = none)")
     p.add_argument("--neck", choices=["film", "keypoints"], default=d["neck"],
                    help="camera neck: film = instruction-modulated convolutions -> keypoints (default), "
@@ -77,7 +80,8 @@ def run(args) -> int:
             raise ValueError("give at least one --dataset DIR")
         cfg = TrainConfig(datasets=tuple(args.dataset), out=args.out, mode=args.mode, steps=args.steps,
                           batch_size=args.batch_size, lr=args.lr, horizon=args.horizon, image_size=args.image_size,
-                          cameras=tuple(args.cameras) if args.cameras else None, num_tokens=args.num_tokens,
+                          cameras=tuple(args.cameras) if args.cameras else None, success_only=args.success_only,
+                          num_tokens=args.num_tokens,
                           neck=args.neck, aug_views=args.aug_views, lora_rank=args.lora_rank,
                           lora_targets=tuple(args.lora_targets) if args.lora_targets else None,
                           save_every=args.save_every, max_minutes=args.max_minutes, seed=args.seed,

@@ -49,9 +49,13 @@ def dataset_cameras(root: str) -> list[str]:
 
 
 def load_demos(roots: list[str], image_size: int, cameras: list[str] | None = None,
-               progress: bool = True) -> list[DemoEpisode]:
+               progress: bool = True, success_only: bool = False) -> list[DemoEpisode]:
     """All episodes of ``roots`` (LeRobot v3 dataset directories) with images resized to
-    ``image_size``. ``cameras`` defaults to the cameras of the first dataset."""
+    ``image_size``. ``cameras`` defaults to the cameras of the first dataset.
+
+    ``success_only`` keeps only the episodes that ``meta/vla_episodes.jsonl`` (written by
+    ``vla record``) marks successful, i.e. filtered behaviour cloning on data recorded with
+    ``--keep-failures``; a dataset without that file is refused."""
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     from lerobot.datasets.lerobot_dataset import LeRobotDataset
     from lerobot.datasets.video_utils import decode_video_frames
@@ -92,12 +96,22 @@ def load_demos(roots: list[str], image_size: int, cameras: list[str] | None = No
             raise ValueError(f"dataset {root}: observation.state / action have sizes {here}, "
                              f"the other datasets {dims}")
         tasks = {int(i): t for t, i in zip(ds.meta.tasks.index, ds.meta.tasks["task_index"])}
+        keep = None
+        if success_only:
+            from rewards.success_classifier import read_episode_outcomes
+
+            outcomes = read_episode_outcomes(root)
+            unknown = [ep for ep in range(ds.meta.total_episodes) if ep not in outcomes]
+            if unknown:
+                raise ValueError(f"dataset {root}: success_only needs every episode's outcome, but "
+                                 f"meta/vla_episodes.jsonl has none for episode(s) {unknown[:10]}")
+            keep = {ep for ep, ok in outcomes.items() if ok}
         tol = max(float(ds.tolerance_s), 0.5 / ds.meta.fps)
         bar = tqdm(range(ds.meta.total_episodes), desc=f"load {os.path.basename(root)}", unit="ep",
                    disable=not progress)
         for ep in bar:
             rows = np.flatnonzero(ep_all == ep)
-            if len(rows) == 0:
+            if len(rows) == 0 or (keep is not None and ep not in keep):
                 continue
             meta = ds.meta.episodes[ep]
             images = {}
