@@ -28,3 +28,24 @@ def test_bench_dsrl_quick(tmp_path):
     assert set(res["summary"]["pick_red_cube"]) == {"dsrl-na", "sac-raw"}
     assert res["goals"]["pick_red_cube/dsrl-na"]["met"] is False  # 96 ticks and one seed cannot meet it
     assert (tmp_path / "res" / "dsrl.png").stat().st_size > 10_000
+
+    # bench/dsrl_episodes.py reads the same sessions' own episode logs
+    r = subprocess.run([sys.executable, str(ROOT / "bench" / "dsrl_episodes.py"), "--work", str(tmp_path / "work"),
+                        "--out", str(tmp_path / "res")], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
+    ep = json.loads((tmp_path / "res" / "train_success.json").read_text())
+    assert {s["method"] for s in ep["sessions"]} == {"dsrl-na", "sac-raw"}
+    for s in ep["sessions"]:
+        logged = [json.loads(x)["success"] for x in
+                  (tmp_path / "work" / s["session"] / "episodes.jsonl").read_text().splitlines() if x.strip()]
+        assert s["success"] == [int(x) for x in logged] and s["episodes"] == len(logged)
+        assert (tmp_path / "res" / "sessions" / s["session"] / "episodes.jsonl").is_file()
+        assert (s["noise"] is None) == (s["method"] == "sac-raw")  # noise statistics for DSRL sessions only
+    # the committed copies alone re-make the report, keeping the noise statistics read from the replay
+    r = subprocess.run([sys.executable, str(ROOT / "bench" / "dsrl_episodes.py"), "--work",
+                        str(tmp_path / "res" / "sessions"), "--out", str(tmp_path / "res")],
+                       cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
+    again = json.loads((tmp_path / "res" / "train_success.json").read_text())
+    assert [s["noise"] for s in again["sessions"]] == [s["noise"] for s in ep["sessions"]]
+    assert (tmp_path / "res" / "train_success.png").stat().st_size > 10_000
