@@ -45,6 +45,7 @@ import yaml  # noqa: E402
 
 METHODS = {"dsrl-na": "na", "dsrl-sac": "sac", "sac-raw": "action"}
 GOAL = {"success": 0.9, "ticks": 10_000}
+COLORS = {"dsrl-na": "#c44e52", "dsrl-sac": "#4c72b0", "sac-raw": "#8c8c8c"}
 
 
 def site_with_ports(path: str, port0: int) -> str:
@@ -130,7 +131,6 @@ def plot(rows: list[dict], summary: dict, path: pathlib.Path, title: str) -> Non
 
     tasks = list(summary)
     fig, axes = plt.subplots(1, max(1, len(tasks)), figsize=(5.2 * max(1, len(tasks)), 3.8), squeeze=False)
-    colors = {"dsrl-na": "#c44e52", "dsrl-sac": "#4c72b0", "sac-raw": "#8c8c8c"}
     for ax, task in zip(axes[0], tasks):
         base = None
         for method in METHODS:
@@ -139,8 +139,8 @@ def plot(rows: list[dict], summary: dict, path: pathlib.Path, title: str) -> Non
                 continue
             grid = np.array(sorted({t for r in runs for t, _ in r["curve"]}))
             ys = np.stack([np.interp(grid, [t for t, _ in r["curve"]], [v for _, v in r["curve"]]) for r in runs]) * 100
-            ax.plot(grid, ys.mean(0), color=colors[method], lw=2, label=f"{method} (n={len(runs)})")
-            ax.fill_between(grid, ys.min(0), ys.max(0), color=colors[method], alpha=0.15)
+            ax.plot(grid, ys.mean(0), color=COLORS[method], lw=2, label=f"{method} (n={len(runs)})")
+            ax.fill_between(grid, ys.min(0), ys.max(0), color=COLORS[method], alpha=0.15)
             base = np.mean([r["base"] for r in runs]) * 100
         if base is not None:
             ax.axhline(base, color="k", ls="--", lw=1, label=f"base VLA {base:.0f}%")

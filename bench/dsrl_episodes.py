@@ -12,9 +12,9 @@ sessions' own episode logs, i.e. what the agent did while it learned, and answer
   checkpoint: the RMS of the noise actions, and how far their per-dimension mean drifts from 0
   (the base VLA samples w ~ N(0, I)).
 
-It copies each session's small logs (episodes.jsonl, evals.jsonl, base_eval.json, summary.json)
-into ``OUT/sessions/<session>/``, so the figures can be re-made from the committed files alone
-(``--work OUT/sessions``; the noise statistics then come from ``train_success.json``).
+It copies each session's small logs (episodes.jsonl, evals.jsonl, base_eval.json, summary.json,
+rl_config.json) into ``OUT/sessions/<session>/``, so the figures can be re-made from the committed
+files alone (``--work OUT/sessions``; the noise statistics then come from ``train_success.json``).
 
     .venv/bin/python bench/dsrl_episodes.py --work /work/runs/dsrl3 --out bench/results/dsrl_round3
 """
@@ -31,9 +31,11 @@ import sys
 
 import numpy as np
 
-SESSION = re.compile(r"^(?P<task>.+)-(?P<method>dsrl-na|dsrl-sac|sac-raw)-s(?P<seed>\d+)$")
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from dsrl import COLORS, METHODS  # noqa: E402  (the session names and colours of bench/dsrl.py)
+
+SESSION = re.compile(rf"^(?P<task>.+)-(?P<method>{'|'.join(map(re.escape, METHODS))})-s(?P<seed>\d+)$")
 LOGS = ("episodes.jsonl", "evals.jsonl", "base_eval.json", "summary.json", "rl_config.json")
-COLORS = {"dsrl-na": "#c44e52", "dsrl-sac": "#4c72b0", "sac-raw": "#8c8c8c"}
 
 
 def read_jsonl(path: str) -> list[dict]:
