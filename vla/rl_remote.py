@@ -76,6 +76,11 @@ next macro-step moves the robot (:class:`LearnerGone`); ``vla rl --role actor`` 
 robot in its safe state (software stop) and exits. The learner answers between update rounds,
 so ``learner_timeout_s`` must exceed one update round and a checkpoint save.
 
+End: the actor stops when an ack says ``finished`` (sent once the learner has checkpointed after
+the bye). That ack may be lost (a ROUTER drops what it cannot deliver), so the learner keeps
+answering for up to ``FINISH_GRACE_S`` after finishing, until it has sent ``FINISH_ACKS`` finished
+acks; the actor's next heartbeat or resent bye gets one.
+
 Parameters: ``version`` is the agent's update-round count (``agent.updates``). The learner pushes
 them on every welcome and after each learned episode whose updates changed them, and pushes
 again when a heartbeat shows the actor lacks the last push (a lost message).
@@ -150,6 +155,10 @@ LEARNER_TYPES = frozenset({"welcome", "ack", "params", "error"})
 EVAL_KINDS = ("base", "periodic")
 TAKEOVER_S = 10.0
 """A hello from another actor is refused (``actor_busy``) while the registered one was heard within this."""
+FINISH_GRACE_S = 3.0
+"""After the session finished, the learner keeps answering (finished acks) for at most this long..."""
+FINISH_ACKS = 2
+"""...or until it has sent this many finished acks."""
 EPISODE_INFO = {"seed": int, "success": bool, "ticks": int, "steps": int, "return": float, "interventions": int}
 
 
@@ -382,6 +391,7 @@ class Learner:
         self.final: dict[str, Any] | None = None
         self.summary: dict[str, Any] | None = None
         self.finished = False
+        self.finished_acks = 0
         self.base: dict[str, Any] | None = None
         base_path = os.path.join(cfg.out, "base_eval.json")
         if os.path.isfile(base_path):
@@ -404,6 +414,11 @@ class Learner:
         try:
             while not self.finished and not (stop is not None and stop.is_set()):
                 self.step(0.1)
+            if self.finished:  # should the finished ack be lost, the actor's next message gets another
+                until = time.monotonic() + FINISH_GRACE_S
+                while self.finished_acks < FINISH_ACKS and time.monotonic() < until \
+                        and not (stop is not None and stop.is_set()):
+                    self.step(0.1)
         finally:
             self.close()
         return self.summary
@@ -440,6 +455,7 @@ class Learner:
         self._send(ident, _msg("ack", "learner", learner_id=self.learner_id, received=self.received,
                                learned=self.sess.step, durable=self.durable, version=self.sess.agent.updates,
                                finished=self.finished))
+        self.finished_acks += self.finished
 
     def _receive(self, frames) -> None:
         ident, body = bytes(frames[0].buffer), frames[1:]

@@ -335,6 +335,10 @@ def test_loopback_session_learner_buffers_hold_exactly_the_actors_transitions(ti
     from vla.rl_remote import run_actor
 
     ln = Learner(_cfg(tiny_vla, tmp_path / "run"), load_vla(tiny_vla), bind="tcp://127.0.0.1:*", progress=False)
+    dropped: list = []  # the first "finished" ack is lost on the way: the actor must still hear the end
+    send = ln._send
+    ln._send = lambda ident, msg: (dropped.append(msg) if msg.type == "ack" and msg.get("finished") and not dropped
+                                   else send(ident, msg))
     out: dict = {}
     th = threading.Thread(target=lambda: out.update(summary=ln.serve()), daemon=True)
     th.start()
@@ -345,6 +349,7 @@ def test_loopback_session_learner_buffers_hold_exactly_the_actors_transitions(ti
     th.join(timeout=30)
     assert not th.is_alive()
     assert summary["ticks"] == 48 and summary["episodes"] == 3 and len(summary["learners"]) == 1
+    assert len(dropped) == 1 and ln.finished_acks >= 2
     assert [seq for seq, _ in sent] == list(range(6))  # 2 macro-steps of 8 ticks per episode
     s = out["summary"]
     assert s["steps"] == 6 and s["episodes"] == 3 and s["ticks"] == 48 and s["vla_weights_unchanged"]
