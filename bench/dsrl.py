@@ -76,6 +76,8 @@ def launch(job: dict, site: str, args) -> subprocess.Popen:
            "--noise-bound", str(args.noise_bound), "--threads", "1", "--serve", "always"]
     if args.exec_steps:
         cmd += ["--exec-steps", str(args.exec_steps)]
+    if args.demos and job["method"] == "dsrl-na":  # only NA has an action critic for demos to train
+        cmd += ["--demos", args.demos.format(task=job["task"])]
     log = open(job["out"] + ".log", "w")
     job["t0"] = time.perf_counter()
     return subprocess.Popen(cmd, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT,
@@ -173,6 +175,9 @@ def main(argv=None) -> int:
     ap.add_argument("--exec-steps", type=int, default=None)
     ap.add_argument("--eval-every", type=int, default=10, help="episodes between evaluations")
     ap.add_argument("--eval-episodes", type=int, default=20)
+    ap.add_argument("--demos", default=None, metavar="PATTERN",
+                    help="dsrl-na only: a recorded dataset per task for its demo buffer, {task} filled in, "
+                         "e.g. data/q0.75_{task}")
     ap.add_argument("--jobs", type=int, default=2, help="sessions run in parallel (one sim bridge each)")
     ap.add_argument("--quick", action="store_true", help="1 seed, 96 ticks, tiny updates: a smoke run")
     ap.add_argument("--out", type=pathlib.Path, default=ROOT / "bench" / "results")
@@ -222,7 +227,8 @@ def main(argv=None) -> int:
            "settings": {k: getattr(args, k) for k in ("checkpoint", "tasks", "methods", "seeds", "total_ticks", "utd",
                                                        "distill_steps", "num_critics", "batch_size", "warmup_steps",
                                                        "noise_bound",
-                                                       "exec_steps", "eval_every", "eval_episodes", "jobs")},
+                                                       "exec_steps", "eval_every", "eval_episodes", "jobs",
+                                                       "demos")},
            "wall_s_total": time.perf_counter() - t_start, "summary": summary, "goals": goals, "runs": done}
     args.out.mkdir(parents=True, exist_ok=True)
     with open(args.out / "dsrl.json", "w") as f:

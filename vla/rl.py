@@ -145,6 +145,33 @@ class Session:
                     f.writelines(keep)
                 os.replace(p + ".tmp", p)
 
+    def add_demos(self) -> dict[str, Any] | None:
+        """A new session's ``cfg.demos`` into the demo buffer (``vla.rl_demos``); writes
+        ``RUN/demos.json``. -> its report (None without demos). A resumed session has them in its
+        checkpoint already."""
+        if not self.cfg.demos:
+            return None
+        from hardware.sim_tasks import get_task
+        from policies.common.replay import ReplayBuffer
+        from vla.rl_demos import demo_transitions
+
+        instruction = self.cfg.instruction or get_task(self.cfg.task).instruction
+        trs, report = demo_transitions(self, self.cfg.demos, instruction, progress=self.progress)
+        old = self.demo
+        self.demo = ReplayBuffer(old.capacity + len(trs), old.obs_spec, old.action_dim,
+                                 {k: v for k, v in old.extras_spec.items() if k != "intervention"})
+        for tr in trs:
+            self.demo.add(**tr)
+        path = os.path.join(self.cfg.out, "demos.json")
+        with open(path + ".tmp", "w") as f:
+            json.dump(report, f, indent=2)
+        os.replace(path + ".tmp", path)
+        print(f"demos: {report['transitions']} transitions from {report['episodes']} episodes "
+              f"({report['successes']} successful) in the demo buffer"
+              + (f"; {report['skipped_other_instruction']} episode(s) of another instruction skipped"
+                 if report["skipped_other_instruction"] else ""), flush=True)
+        return report
+
     # -- learning (in-process and learner) ------------------------------------------------------
     def store(self, tr: dict[str, Any]) -> None:
         """One transition into the replay buffers (checked there; nothing is written on error)."""
@@ -405,6 +432,8 @@ def run_session(cfg: RLConfig, env, vla, resume: bool = False, operator: Operato
     sess = Session(cfg, env, vla, operator=operator, progress=progress)
     if resume:
         resume_session(sess)
+    else:
+        sess.add_demos()
     base_path = os.path.join(cfg.out, "base_eval.json")
     if os.path.isfile(base_path):
         with open(base_path) as f:

@@ -63,6 +63,10 @@ class RLConfig:
     classifier from ``vla reward train``: the reward on a real robot)."""
     instruction: str | None = None
     """Real robot: the instruction given to the VLA (a sim task brings its own)."""
+    demos: tuple[str, ...] = ()
+    """LeRobot datasets (recorded with ``vla record``) whose episodes with the session's instruction
+    enter the demo buffer before the first episode (DSRL-NA's action critic trains on them 50 / 50
+    with online transitions; variant ``na`` only: the others have no action critic)."""
     reset_timeout_s: float = 300.0
     """Real robot: seconds the operator has to reset the scene and press Enter before the session
     pauses (its last checkpoint stays; ``--resume`` continues)."""
@@ -81,6 +85,9 @@ class RLConfig:
             raise ValueError(f"reward must be 'task' or 'classifier:DIR', got {self.reward!r}")
         if self.reward == "task" and not self.task:
             raise ValueError("reward 'task' needs a sim task (a real robot takes reward 'classifier:DIR')")
+        if self.demos and self.variant != "na":
+            raise ValueError(f"demos enter DSRL-NA's action critic; variant {self.variant!r} has none (its critic "
+                             "reads the noise, which a demonstration does not have): use variant 'na' or no demos")
         if self.reset_timeout_s <= 0:
             raise ValueError(f"reset_timeout_s must be positive, got {self.reset_timeout_s}")
 
@@ -104,6 +111,7 @@ class RLConfig:
         if unknown:
             raise ValueError(f"RLConfig has no field(s) {sorted(unknown)}")
         d = dict(d)
-        if "hidden" in d:
-            d["hidden"] = tuple(d["hidden"])
+        for k in ("hidden", "demos"):
+            if k in d:
+                d[k] = tuple(d[k])
         return cls(**d)

@@ -375,6 +375,8 @@ class Learner:
         self.sess = Session(cfg, None, vla, progress=progress)
         if resume:
             resume_session(self.sess)
+        else:
+            self.sess.add_demos()
         s = self.sess
         self.spec = TransitionSpec.of(s.agent)
         # "received" counters run ahead of the learned ones (s.step, s.ticks, s.episode) by the inbox

@@ -208,3 +208,58 @@ def test_kill_and_resume_continues_from_the_same_step_and_replay(tiny_vla, tmp_p
     assert summary["ticks"] == 96 and summary["vla_weights_unchanged"]
     eps = [json.loads(x) for x in open(out / "episodes.jsonl")]
     assert [e["episode"] for e in eps] == list(range(6))  # no episode logged twice
+
+
+def test_demos_enter_the_na_demo_buffer_as_macro_steps_with_their_outcome(tiny_vla, tiny_dataset, tmp_path):
+    """`vla rl --demos`: episodes of the session's instruction become 8-tick macro-steps (reward 1
+    and done on a successful episode's last one), chunks normalised like the VLA's actions; the
+    others are skipped; they survive a checkpoint; NA learns from them; other variants refuse."""
+    from vla.models import load_vla
+    from vla.rl import Session
+    from vla.rl_config import RLConfig
+
+    data = tmp_path / "demos"
+    shutil.copytree(tiny_dataset, data)  # 4 episodes x 12 frames; 0 and 2 say "pick up the red cube"
+    with open(data / "meta/vla_episodes.jsonl", "w") as f:
+        for ep, ok in [(0, True), (1, True), (2, False), (3, False)]:
+            f.write(json.dumps({"episode_index": ep, "success": ok}) + "\n")
+    cfg = RLConfig(checkpoint=tiny_vla, out=str(tmp_path / "run"), task="pick_red_cube", demos=(str(data),),
+                   warmup_steps=0, utd=1, batch_size=8, num_critics=2, hidden=(32,), distill_steps=1, total_ticks=64)
+    os.makedirs(cfg.out)
+    vla = load_vla(tiny_vla)
+    sess = Session(cfg, None, vla, progress=False)
+    report = sess.add_demos()
+    assert report["episodes"] == 2 and report["successes"] == 1 and report["skipped_other_instruction"] == 2
+    d = sess.demo
+    assert len(d) == report["transitions"] == 4  # ceil(12 / 8) = 2 macro-steps per episode
+    assert json.load(open(tmp_path / "run/demos.json"))["transitions"] == 4
+    np.testing.assert_array_equal(d.reward[:4], [0, 1, 0, 0])
+    np.testing.assert_array_equal(d.done[:4], [False, True, False, False])
+    assert d.extras["intervention"][:4].all() and not d.action[:4].any()
+    # episode 0's second macro-step: ticks 8..11, padded with tick 11's action, in the VLA's [-1, 1] units
+    ticks = np.array([8, 9, 10, 11, 11, 11, 11, 11])
+    want = np.stack([[0.01, 0.0, -0.01 + 0.001 * i, 0, 0, 0.02, float(i > 6)] for i in ticks]).astype(np.float32)
+    np.testing.assert_allclose(d.extras["chunk"][1], np.clip(want / 0.02, -1, 1), atol=1e-5)
+    # frame 8 is the first macro-step's next_obs and the second one's obs; frame 11 ends the episode
+    np.testing.assert_array_equal(d.next_obs["feat"][0], d.obs["feat"][1])
+    assert not np.array_equal(d.obs["feat"][1], d.next_obs["feat"][1])
+    # NA learns from them (RLPD: half of each batch from the demo buffer)
+    for i in range(2):
+        sess.online.add(obs={"feat": d.obs["feat"][i]}, action=np.zeros(sess.agent.noise_dim, np.float32),
+                        reward=0.0, next_obs={"feat": d.next_obs["feat"][i]}, done=False,
+                        chunk=d.extras["chunk"][i], intervention=False)
+    losses = sess.agent.update(sess.online, sess.demo, sess.rng)
+    assert np.isfinite(losses["losses/qa_loss"])
+    # a checkpoint holds them: a resumed session does not load them again
+    sess.save()
+    again = Session(cfg, None, vla, progress=False)
+    again.load()
+    assert len(again.demo) == 4
+    np.testing.assert_array_equal(again.demo.extras["chunk"][:4], d.extras["chunk"][:4])
+    with pytest.raises(ValueError, match="demos"):
+        RLConfig(checkpoint=tiny_vla, out="x", task="pick_red_cube", variant="sac", demos=(str(data),))
+    missing = tmp_path / "no_outcomes"
+    shutil.copytree(tiny_dataset, missing)
+    with pytest.raises(ValueError, match="vla_episodes.jsonl"):
+        Session(RLConfig(**{**cfg.__dict__, "demos": (str(missing),), "out": str(tmp_path / "run2")}), None, vla,
+                progress=False).add_demos()

@@ -27,6 +27,8 @@ def add_parser(sub, name: str, help_: str) -> None:
 examples:
   vla rl --method dsrl --checkpoint runs/vla_pick --task pick_red_cube --out runs/dsrl_red
   vla rl --method dsrl --variant sac --checkpoint runs/vla_pick --task lift_green_cube --total-ticks 4000 --out runs/x
+  vla rl --checkpoint runs/vla_pick --task pick_red_cube --demos data/demos_red --out runs/dsrl_red_demos
+                                                     # NA's action critic also learns from recorded demos
   vla rl --resume runs/dsrl_red                      # continue after a kill
   tensorboard --logdir runs/dsrl_red/tb
 
@@ -63,6 +65,9 @@ s / f record their verdict on the last episode); no answer within --reset-timeou
                    help="task: the sim task's success predicate (default); classifier:DIR: a success classifier "
                         "from `vla reward train` (on a real robot the operator resets the scene between episodes)")
     p.add_argument("--instruction", help="real robot: the instruction given to the VLA (a sim task has its own)")
+    p.add_argument("--demos", action="append", default=[], metavar="DATASET",
+                   help="variant na: a LeRobot dataset (from `vla record`) whose episodes with the session's "
+                        "instruction enter the demo buffer before the first episode (repeatable)")
     p.add_argument("--reset-timeout", type=float, default=d["reset_timeout_s"],
                    help=f"real robot: seconds to answer the reset prompt before the session pauses "
                         f"(default {d['reset_timeout_s']:g})")
@@ -137,7 +142,7 @@ def _check_role_args(args) -> None:
     if args.role == "actor":
         if not args.learner:
             raise ValueError("--role actor needs --learner tcp://HOST:PORT")
-        given = [f"--{n}" for n in ("task", "out", "resume") if getattr(args, n)]
+        given = [f"--{n}" for n in ("task", "out", "resume", "demos") if getattr(args, n)]
         if given:
             raise ValueError(f"the actor takes the session from the learner: give {', '.join(given)} to the learner")
     if args.role == "local" and args.keys:
@@ -193,7 +198,8 @@ def run(args) -> int:
                        distill_steps=args.distill_steps, utd=args.utd, batch_size=args.batch_size,
                        num_critics=args.num_critics, eval_every=args.eval_every, eval_episodes=args.eval_episodes,
                        seed=args.seed, threads=args.threads, task=args.task or "", reward=reward,
-                       instruction=args.instruction, reset_timeout_s=args.reset_timeout)
+                       instruction=args.instruction, reset_timeout_s=args.reset_timeout,
+                       demos=tuple(os.path.abspath(d) for d in args.demos))
     vla = load_vla(resolve_checkpoint(cfg.checkpoint))
     if args.role == "learner":
         from vla.rl_remote import curve_keys, run_learner

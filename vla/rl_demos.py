@@ -1,0 +1,94 @@
+"""Recorded demonstrations into an RL session's demo (offline) buffer (``vla rl --demos DATASET``).
+
+DSRL-NA's action-space critic ``Q^A(s, a)`` reads executed chunks, so demonstrations, which have
+no noise behind them, train it directly: the demo buffer is sampled 50 / 50 with the online one
+(RLPD), as operator interventions already are. This is the issue's "offline demos can enter Q^A".
+
+A LeRobot episode of ``T`` recorded ticks (frame ``k``: the observation before tick ``k`` and the
+action the robot applied on it, see ``vla.data.recording``) becomes ``ceil(T / n)`` macro-step
+transitions of ``n = exec_steps`` ticks, as the session would have stored them had an operator
+driven the whole episode:
+
+    obs        frame ``i n``: the VLA's features (encoder ``cnn``: also its cameras and state)
+    chunk      actions ``i n .. i n + n - 1`` normalised like the VLA's actions; the last chunk is
+               padded by repeating its last action (as an operator's short chunk is)
+    next_obs   frame ``(i + 1) n``; for the last macro-step the last recorded frame (the state after
+               the final tick is not recorded; a success is terminal, so it is never bootstrapped from)
+    reward     1 on the last macro-step of an episode that ``meta/vla_episodes.jsonl`` marks
+               successful (the recorder ends an episode on the success predicate), else 0
+    done       that same success (a failed episode ends by truncation, which is not terminal)
+    action     zeros (no noise; NA's critics never read a demo's ``action``)
+    intervention  True
+
+Only episodes whose instruction is the session's enter (the features, and so the critic, are
+conditioned on the instruction); the others are counted and skipped.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import numpy as np
+import torch
+
+
+def demo_transitions(sess, roots: list[str] | tuple[str, ...], instruction: str,
+                     progress: bool = True) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    """-> (transitions for ``sess.demo``, a report: datasets, episodes, successes, transitions,
+    skipped_other_instruction). ``sess`` is the ``vla.rl.Session`` (its VLA, agent, ``observe``)."""
+    from rewards.success_classifier import read_episode_outcomes
+    from vla.data.demos import load_demos
+
+    vla, agent = sess.vla, sess.agent
+    n = agent.exec_steps
+    vcfg = getattr(vla, "cfg", None)
+    cameras = list(dict.fromkeys([*getattr(vcfg, "cameras", ()), *agent.cameras])) or None
+    image_size = int(getattr(vcfg, "image_size", 0) or agent.cfg.image_size)
+    outcomes: dict[str, dict[int, bool]] = {}
+    for root in roots:
+        root = os.path.abspath(root)
+        try:
+            outcomes[root] = read_episode_outcomes(root)
+        except FileNotFoundError as e:
+            raise ValueError(f"--demos {root}: {e}") from None
+    episodes = load_demos([os.path.abspath(r) for r in roots], image_size, cameras=cameras, progress=progress)
+    trs: list[dict[str, Any]] = []
+    report = {"datasets": [os.path.abspath(r) for r in roots], "episodes": 0, "successes": 0, "transitions": 0,
+              "skipped_other_instruction": 0}
+    zeros = np.zeros(agent.noise_dim, np.float32)
+    for ep in episodes:
+        if ep.instruction != instruction:
+            report["skipped_other_instruction"] += 1
+            continue
+        if ep.episode_index not in outcomes[ep.dataset]:
+            raise ValueError(f"--demos {ep.dataset}: meta/vla_episodes.jsonl has no outcome for episode "
+                             f"{ep.episode_index}; the reward of a demo comes from it")
+        success = outcomes[ep.dataset][ep.episode_index]
+        t = len(ep)
+        starts = list(range(0, t, n))
+        nexts = [min(s + n, t - 1) for s in starts]
+        idx = sorted(set(starts) | set(nexts))
+        pos = {k: i for i, k in enumerate(idx)}
+        batch = {"images": {c: ep.images[c][idx] for c in ep.images}, "state": ep.state[idx],
+                 "instruction": [instruction] * len(idx)}
+        feat = agent.embed(batch)
+        def aobs(k: int) -> dict[str, np.ndarray]:
+            o = {"images": {c: ep.images[c][k] for c in ep.images}, "state": ep.state[k]}
+            return {name: v[0].numpy() for name, v in sess.observe(o, feat[pos[k]: pos[k] + 1]).items()}
+
+        for j, (s, s2) in enumerate(zip(starts, nexts)):
+            rows = ep.action[s: s + n]
+            if len(rows) < n:
+                rows = np.concatenate([rows, np.repeat(rows[-1:], n - len(rows), 0)])
+            chunk_n = vla.normalize_actions(torch.from_numpy(rows)).clamp(-1, 1).numpy().astype(np.float32)
+            last = j == len(starts) - 1
+            trs.append(dict(obs=aobs(s), action=zeros, reward=float(last and success), next_obs=aobs(s2),
+                            done=bool(last and success), chunk=chunk_n, intervention=True))
+        report["episodes"] += 1
+        report["successes"] += int(success)
+    report["transitions"] = len(trs)
+    if not trs:
+        raise ValueError(f"--demos: no episode of {report['datasets']} has the session's instruction "
+                         f"{instruction!r} ({report['skipped_other_instruction']} episode(s) have another)")
+    return trs, report
