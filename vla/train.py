@@ -357,7 +357,7 @@ def train(cfg: TrainConfig, resume: bool = False, progress: bool = True) -> dict
                 now = time.perf_counter()
                 sps = samples_since / max(now - t_log, 1e-9)
                 t_log, samples_since = now, 0
-                lv = float(loss)
+                lv = float(loss.detach())
                 tb.add_scalar("train/loss", lv, step)
                 tb.add_scalar("train/lr", sched.get_last_lr()[0], step)
                 tb.add_scalar("train/grad_norm", float(gnorm), step)

@@ -17,3 +17,20 @@ def test_demo_writes_frames_plot_and_summary(tmp_path, capsys):
     frames = os.listdir(run / "frames")
     assert any(f.endswith("_front.png") for f in frames) and any(f.endswith("_wrist.png") for f in frames)
     assert str(run) in capsys.readouterr().out
+
+
+def test_slice_smoke_runs_record_train_and_dsrl_with_demos(tmp_path, capsys):
+    """`vla demo --slice --smoke`: every stage of the slice at toy size, through the real subcommands."""
+    import pytest
+
+    pytest.importorskip("lerobot")
+    assert main(["demo", "--slice", "--smoke", "--out", str(tmp_path)]) == 0
+    (run,) = list(tmp_path.iterdir())
+    assert len(os.listdir(run / "data" / "pick_red_cube" / "data")) >= 1  # the recorded LeRobot dataset
+    assert os.path.isfile(run / "vla" / "loss_curve.png")
+    s = json.load(open(run / "dsrl" / "summary.json"))
+    assert s["ticks"] >= 48 and s["vla_weights_unchanged"]
+    demos = json.load(open(run / "dsrl" / "demos.json"))
+    assert demos["episodes"] == 2 and demos["transitions"] == s["demo_transitions"] > 0
+    out = capsys.readouterr().out
+    assert "base VLA" in out and "DSRL-NA, " in out and str(run) in out

@@ -31,6 +31,8 @@ def add_parser(sub, name: str, help_: str) -> None:
                         "session, print base-vs-DSRL success (~15 min on 2 CPU cores; --full for the full length)")
     p.add_argument("--full", action="store_true", help="with --slice: full-length settings (60 demos per task, "
                    "3 tasks, 6000 SFT steps, 10000 RL ticks; hours on a CPU)")
+    p.add_argument("--smoke", action="store_true", help="with --slice: a ~2-minute run of every stage at toy size "
+                   "(2 demos, 20 SFT steps, 48 RL ticks) that checks an install end to end; its success rates mean nothing")
     p.add_argument("--task", default="pick_red_cube", help="with --slice: the task DSRL is run on")
     p.set_defaults(run=run)
 
@@ -40,6 +42,9 @@ SLICE = {  # quick (default) and --full settings of `vla demo --slice`
               "eval_episodes": 10, "utd": 4, "critics": 2, "eval_every": 5},
     "full": {"tasks": ["pick_red_cube", "lift_green_cube", "pick_blue_cube"], "episodes": 60, "quality": 0.5,
              "steps": 6000, "ticks": 10_000, "eval_episodes": 20, "utd": 20, "critics": 10, "eval_every": 10},
+    "smoke": {"tasks": ["pick_red_cube"], "episodes": 2, "quality": 0.5, "steps": 20, "ticks": 48,
+              "eval_episodes": 1, "utd": 1, "critics": 2, "eval_every": 0, "batch_size": 16, "warmup_steps": 2,
+              "max_episode_ticks": 24},
 }
 
 
@@ -51,7 +56,9 @@ def run_slice(args) -> int:
     from vla.cli import main as vla_main
     from vla.commands._bridge import running_bridge
 
-    cfg = SLICE["full" if args.full else "quick"]
+    if args.full and args.smoke:
+        raise ValueError("--full and --smoke: choose one")
+    cfg = SLICE["full" if args.full else "smoke" if args.smoke else "quick"]
     tasks = list(dict.fromkeys([args.task] + cfg["tasks"])) if args.full else [args.task]
     run_dir = os.path.join(args.out, "slice-" + dt.datetime.now().strftime("%Y%m%d-%H%M%S"))
     os.makedirs(run_dir, exist_ok=True)
@@ -74,13 +81,19 @@ def run_slice(args) -> int:
                   "--serve", "never"])
             datasets += ["--dataset", root]
         vla_dir = os.path.join(run_dir, "vla")
+        small = ["--batch-size", str(cfg["batch_size"])] if "batch_size" in cfg else []
         step("train the compact VLA", ["train", *datasets, "--out", vla_dir, "--steps", str(cfg["steps"]),
-                                       "--save-every", str(cfg["steps"] // 2), "--aug-views", "1", "--threads", "1"])
+                                       "--save-every", str(cfg["steps"] // 2), "--aug-views", "1", "--threads", "1",
+                                       *small])
         rl_dir = os.path.join(run_dir, "dsrl")
+        # the demos just recorded also train DSRL-NA's action critic (--demos)
         step(f"DSRL-NA on {args.task}", ["rl", "--checkpoint", vla_dir, "--task", args.task, "--out", rl_dir,
+                                         "--demos", os.path.join(run_dir, "data", args.task),
                                          "--total-ticks", str(cfg["ticks"]), "--utd", str(cfg["utd"]),
                                          "--num-critics", str(cfg["critics"]), "--eval-every", str(cfg["eval_every"]),
-                                         "--eval-episodes", str(cfg["eval_episodes"]), "--serve", "never"])
+                                         "--eval-episodes", str(cfg["eval_episodes"]), "--serve", "never", *small,
+                                         *[a for k in ("warmup_steps", "max_episode_ticks") if k in cfg
+                                           for a in (f"--{k.replace('_', '-')}", str(cfg[k]))]])
     with open(os.path.join(rl_dir, "summary.json")) as f:
         s = _json.load(f)
     print(f"\n== done in {(time.monotonic() - t0) / 60:.1f} min: {run_dir}")
