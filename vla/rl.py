@@ -14,7 +14,8 @@ hands transitions to a ``sink`` that streams them to the learner, and the learne
       store the transition in the online buffer (interventions also in the demo buffer);
       learn (after warm-up)
     after each episode: TensorBoard scalars, progress bar; every ``eval_every`` episodes a
-      deterministic evaluation on fixed seeds; every ``checkpoint_every`` episodes a checkpoint.
+      evaluation on fixed seeds (``eval_policy``: noise sampled from the agent's policy with a
+      generator seeded by the episode, or its mean); every ``checkpoint_every`` episodes a checkpoint.
 
 Run directory::
 
@@ -85,7 +86,8 @@ class Session:
         self.vla = freeze(vla)
         self.digest_before = weights_digest(self.vla)
         sac = SACConfig(utd=cfg.utd, batch_size=cfg.batch_size, num_critics=cfg.num_critics, hidden=cfg.hidden,
-                        gamma=cfg.gamma, init_temperature=cfg.init_temperature, backup_entropy=cfg.backup_entropy)
+                        gamma=cfg.gamma, init_temperature=cfg.init_temperature, backup_entropy=cfg.backup_entropy,
+                        init_log_std=cfg.init_log_std)
         dsrl = DSRLConfig(variant=cfg.variant, encoder=cfg.encoder, noise_bound=cfg.noise_bound,
                           noise_dims=cfg.noise_dims, exec_steps=cfg.exec_steps, warmup_steps=cfg.warmup_steps,
                           distill_steps=cfg.distill_steps, sac=sac)
@@ -221,8 +223,10 @@ class Session:
         return out
 
     def run_episode(self, seed: int, learn: bool = True, deterministic: bool = False, base: bool = False,
-                    frames: list | None = None) -> dict[str, Any]:
-        """One episode. ``learn``: store transitions and update; ``base``: the plain VLA (w ~ N(0, I))."""
+                    frames: list | None = None, generator: torch.Generator | None = None) -> dict[str, Any]:
+        """One episode. ``learn``: store transitions and update; ``base``: the plain VLA (w ~ N(0, I));
+        ``deterministic``: the policy's mean noise; ``generator``: draws the policy's noise instead of
+        the agent's own (evaluations, so that they leave the training RNG streams alone)."""
         if base and learn:
             raise ValueError("base episodes evaluate the plain VLA; they cannot also learn")
         agent = self.agent
@@ -241,7 +245,7 @@ class Session:
                 chunk_n = self.vla.sample_actions_from_embedding(feat, noise=noise, normalized=True)[0, : agent.exec_steps]
             else:
                 warm = learn and self.step < agent.cfg.warmup_steps
-                w = agent.act(aobs, self.rng, warmup=warm, deterministic=deterministic)
+                w = agent.act(aobs, self.rng, warmup=warm, deterministic=deterministic, generator=generator)
                 chunk_n = agent.chunk(feat, w, normalized=True)[0, : agent.exec_steps]
             # one sampler run per macro-step: robot units from the normalised chunk
             chunk = self.vla.unnormalize_actions(chunk_n)[: self.max_ticks - ticks].numpy()
@@ -287,7 +291,10 @@ class Session:
         res = []
         for i in range(n):
             frames: list | None = [] if i < videos else None
-            res.append(self.run_episode(seed_start + i, learn=False, deterministic=True, base=base, frames=frames))
+            mean = self.cfg.eval_policy == "mean"
+            gen = None if mean else torch.Generator().manual_seed(seed_start + i)
+            res.append(self.run_episode(seed_start + i, learn=False, deterministic=mean, base=base, frames=frames,
+                                        generator=gen))
             if frames:
                 frames_all.append((seed_start + i, frames))
         k = sum(r["success"] for r in res)
@@ -324,7 +331,7 @@ def plot_learning_curve(run_dir: str, path: str, base_rate: float | None) -> Non
                 label=f"training episodes (moving avg {k})")
     if evs:
         ax.plot([e["total_ticks"] for e in evs], [e["success_rate"] * 100 for e in evs], "o-", lw=2,
-                label="deterministic eval")
+                label="evaluation")
     if base_rate is not None:
         ax.axhline(base_rate * 100, color="gray", ls="--", label=f"base VLA {base_rate * 100:.0f}%")
     ax.set_xlabel("environment steps (control ticks)")
@@ -387,7 +394,7 @@ class RunLog:
         return rec
 
     def evaluation(self, episode: int, total_ticks: int, ev: dict[str, Any]) -> None:
-        """Log a deterministic evaluation taken after ``episode``."""
+        """Log an evaluation taken after ``episode``."""
         _append_jsonl(os.path.join(self.out, "evals.jsonl"), {
             "episode": episode, "total_ticks": total_ticks, "success_rate": ev["success_rate"],
             "successes": ev["successes"], "episodes": ev["episodes"]})

@@ -46,6 +46,13 @@ class RLConfig:
     init_temperature: float = 0.01
     """Initial SAC temperature. The success reward is 0 / 1 while a 56-d noise policy's log-density
     is tens of nats, so alpha starts small (alpha = 1 would drown the reward in entropy)."""
+    init_log_std: float | None = 0.0
+    """The noise policy's initial log std before the tanh (SACConfig.init_log_std); 0 starts it close
+    to the N(0, I) the VLA denoises, i.e. at the base VLA (None: the CleanRL init, std ~0.22, which
+    samples the VLA near its single 'mode' chunk)."""
+    eval_policy: str = "sample"
+    """Evaluations: ``sample`` draws the noise from the agent's policy (seeded by the evaluation
+    episode, as the base VLA's N(0, I) is), ``mean`` takes its mean (SAC's deterministic action)."""
     backup_entropy: bool = False
     """Soft (entropy) term in the TD target (SERL turns it off for sparse rewards)."""
     eval_every: int = 10
@@ -85,6 +92,8 @@ class RLConfig:
             raise ValueError(f"reward must be 'task' or 'classifier:DIR', got {self.reward!r}")
         if self.reward == "task" and not self.task:
             raise ValueError("reward 'task' needs a sim task (a real robot takes reward 'classifier:DIR')")
+        if self.eval_policy not in ("sample", "mean"):
+            raise ValueError(f"eval_policy must be 'sample' or 'mean', got {self.eval_policy!r}")
         if self.demos and self.variant != "na":
             raise ValueError(f"demos enter DSRL-NA's action critic; variant {self.variant!r} has none (its critic "
                              "reads the noise, which a demonstration does not have): use variant 'na' or no demos")

@@ -13,7 +13,7 @@ Roles
   from the learner's (SHA-256 of the state dict), rolls the VLA + DSRL noise policy out (with
   operator interventions) and streams every transition to the learner. It acts with the newest
   policy parameters the learner pushed, switching only at episode boundaries, and runs the
-  deterministic evaluations (base, every ``eval_every`` episodes, final), reporting them to the
+  evaluations (base, every ``eval_every`` episodes, final), reporting them to the
   learner. One DEALER socket, owned by a background thread (:class:`ActorLink`).
 
 Both sides run the code of the in-process mode (``vla.rl.Session``): the actor's rollout is
@@ -134,7 +134,7 @@ _TYPES = [
                                    "params_version")),
     MessageType("heartbeat", "The actor is alive; the ack says how far the learner is.",
                 ("actor_id", "next_seq", "params_version")),
-    MessageType("eval", "A deterministic evaluation the actor ran (kind base or periodic).",
+    MessageType("eval", "An evaluation the actor ran (kind base or periodic).",
                 ("actor_id", "kind", "episode", "total_ticks", "successes", "episodes", "params_version")),
     MessageType("bye", "The actor has sent everything; `final`: its final evaluation.",
                 ("actor_id", "next_seq", "final")),

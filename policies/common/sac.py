@@ -65,6 +65,11 @@ class SACConfig:
     """Lower bound of the actor's log standard deviation."""
     log_std_max: float = 2.0
     """Upper bound of the actor's log standard deviation."""
+    init_log_std: float | None = None
+    """None: the actor's heads keep PyTorch's default init (CleanRL; the initial log std is then near
+    the middle of [log_std_min, log_std_max], -1.5). A number: both heads start near-constant (weights
+    in +-1e-3), mean 0 and this log std for every observation. DSRL sets 0: its first noise policy
+    is then close to the N(0, I) the frozen VLA was trained to denoise, i.e. the base VLA itself."""
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "hidden", tuple(int(h) for h in self.hidden))
@@ -84,6 +89,9 @@ class SACConfig:
             raise ValueError(f"hidden must list at least one positive width, got {self.hidden}")
         if not self.log_std_min < self.log_std_max:
             raise ValueError(f"log_std_min ({self.log_std_min}) must be below log_std_max ({self.log_std_max})")
+        if self.init_log_std is not None and not self.log_std_min < self.init_log_std < self.log_std_max:
+            raise ValueError(f"init_log_std ({self.init_log_std}) must lie strictly between log_std_min "
+                             f"({self.log_std_min}) and log_std_max ({self.log_std_max})")
 
 
 # -- networks ------------------------------------------------------------------------------------
@@ -135,7 +143,7 @@ class TanhGaussianActor(nn.Module):
     """pi(a|s): an MLP gives mean and log std of u ~ N(mean, std); a = b * tanh(u) in [-b, b]^A."""
 
     def __init__(self, obs_dim: int, action_dim: int, hidden: tuple[int, ...] = (256, 256), action_scale: float = 1.0,
-                 log_std_min: float = -5.0, log_std_max: float = 2.0) -> None:
+                 log_std_min: float = -5.0, log_std_max: float = 2.0, init_log_std: float | None = None) -> None:
         super().__init__()
         layers, d = [], obs_dim
         for h in hidden:
@@ -146,6 +154,14 @@ class TanhGaussianActor(nn.Module):
         self.log_std = nn.Linear(d, action_dim)
         self.action_dim, self.action_scale = action_dim, float(action_scale)
         self.log_std_min, self.log_std_max = log_std_min, log_std_max
+        if init_log_std is not None:  # mean ~0 and log std ~init_log_std whatever the observation
+            with torch.no_grad():
+                for head in (self.mean, self.log_std):
+                    head.weight.uniform_(-1e-3, 1e-3)
+                self.mean.bias.zero_()
+                # forward() maps x -> min + (max - min) (tanh(x) + 1) / 2: invert it for the bias
+                y = 2 * (init_log_std - log_std_min) / (log_std_max - log_std_min) - 1
+                self.log_std.bias.fill_(math.atanh(y))
 
     def forward(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         h = self.trunk(obs)
@@ -210,7 +226,7 @@ class SAC:
         with torch.random.fork_rng(devices=[]):  # seeded init without touching the global RNG
             torch.manual_seed(seed)
             self.actor = TanhGaussianActor(obs_dim, action_dim, cfg.hidden, cfg.action_scale,
-                                           cfg.log_std_min, cfg.log_std_max).to(self.device)
+                                           cfg.log_std_min, cfg.log_std_max, cfg.init_log_std).to(self.device)
             self.critic = EnsembleCritic(obs_dim, action_dim, cfg.num_critics, cfg.hidden,
                                          cfg.critic_layer_norm).to(self.device)
         self.critic_target = copy.deepcopy(self.critic).requires_grad_(False)

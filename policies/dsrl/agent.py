@@ -204,17 +204,18 @@ class DSRLAgent:
         return self.vla.sample_actions_from_embedding(feat, noise=self.w_to_noise(w), normalized=normalized)
 
     def act(self, obs: torch.Tensor | dict[str, torch.Tensor], rng: np.random.Generator, warmup: bool,
-            deterministic: bool = False) -> torch.Tensor:
+            deterministic: bool = False, generator: torch.Generator | None = None) -> torch.Tensor:
         """-> w [B, d] for a batch of observations laid out by ``obs_spec`` (a bare tensor: the VLA
         features ``feat``). In warm-up, w ~ N(0, I) clipped to the bound (the base VLA; for the
-        ``action`` baseline: random actions)."""
+        ``action`` baseline: random actions). ``generator``: draws the policy's noise (default the
+        SAC generator, part of the training state; evaluations pass their own)."""
         if isinstance(obs, torch.Tensor):
             obs = {"feat": obs}
         if warmup:
             w = rng.standard_normal((len(next(iter(obs.values()))), self.noise_dim)).astype(np.float32)
             b = self.sac.cfg.action_scale
             return torch.from_numpy(np.clip(w, -b, b))
-        return self.sac.act(obs, deterministic=deterministic, generator=self.sac.generator)
+        return self.sac.act(obs, deterministic=deterministic, generator=generator or self.sac.generator)
 
     # -- learning ------------------------------------------------------------------------------
     def update(self, online: ReplayBuffer, offline: ReplayBuffer | None, rng: np.random.Generator) -> dict[str, float]:

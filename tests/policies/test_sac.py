@@ -225,3 +225,21 @@ def test_small_encoder_size_shapes_and_random_shift():
         crops = [padded[i, y:y + 12, x:x + 12] for y in range(5) for x in range(5)]
         assert any(torch.equal(out[i].float(), c) for c in crops)
     assert sum(not torch.equal(out[i], img[i]) for i in range(16)) > 8
+
+
+def test_init_log_std_starts_every_observation_at_mean_zero_and_that_std():
+    """``init_log_std``: the first policy is (nearly) the same N(mean 0, std e^x) before the tanh for
+    any observation -- for DSRL, close to the N(0, I) noise of the base VLA; None keeps the CleanRL init."""
+    obs = torch.randn(64, 10) * 3
+    a = SAC(10, 6, SACConfig(hidden=(32, 32), init_log_std=0.0), seed=1)
+    mean, log_std = a.actor(obs)
+    assert mean.abs().max() < 0.05 and (log_std - 0.0).abs().max() < 0.05
+    with torch.no_grad():
+        w, _ = a.actor.sample(torch.zeros(20_000, 10), generator=torch.Generator().manual_seed(0))
+    expect = SACConfig().action_scale * torch.tanh(torch.randn(20_000, 6, generator=torch.Generator().manual_seed(1)))
+    assert abs(float(w.std()) - float(expect.std())) < 0.02  # b tanh(N(0, 1)): std 0.63 for b = 1
+    b = SAC(10, 6, SACConfig(hidden=(32, 32)), seed=1)
+    mean_b, log_std_b = b.actor(obs)
+    assert log_std_b.std() > 0.3 and mean_b.std() > 0.05  # the default init: mean and std vary with the observation
+    with pytest.raises(ValueError, match="init_log_std"):
+        SACConfig(init_log_std=3.0)

@@ -263,3 +263,32 @@ def test_demos_enter_the_na_demo_buffer_as_macro_steps_with_their_outcome(tiny_v
     with pytest.raises(ValueError, match="vla_episodes.jsonl"):
         Session(RLConfig(**{**cfg.__dict__, "demos": (str(missing),), "out": str(tmp_path / "run2")}), None, vla,
                 progress=False).add_demos()
+
+
+@pytest.mark.parametrize("eval_policy", ["sample", "mean"])
+def test_evaluation_noise_is_seeded_per_episode_and_the_first_policy_is_near_the_base_vla(tmp_path, eval_policy):
+    """``eval_policy`` sample: an evaluation draws the agent's noise from a generator seeded by the
+    episode (repeatable, training RNG untouched), and the untrained agent (init_log_std 0) draws it
+    as widely as the base VLA's N(0, I); ``mean`` gives the policy's mean, ~0 before any update."""
+    from vla.rl import Session
+    from vla.rl_config import RLConfig
+
+    torch.set_num_threads(1)
+    cfg = RLConfig(checkpoint="stub", out=str(tmp_path / "run"), task="pick_red_cube", total_ticks=64, warmup_steps=0,
+                   utd=1, batch_size=4, num_critics=2, hidden=(16,), distill_steps=1, eval_policy=eval_policy)
+    sess = Session(cfg, _CameraEnv(), _StubVLA(), progress=False)
+    ws: list[torch.Tensor] = []
+    chunk = sess.agent.chunk
+    sess.agent.chunk = lambda feat, w, normalized=False: (ws.append(w.clone()), chunk(feat, w, normalized))[1]
+    before = sess.agent.sac.generator.get_state()
+    first = sess.evaluate(4, 100)
+    w1 = torch.cat(ws)
+    ws.clear()
+    again = sess.evaluate(4, 100)
+    torch.testing.assert_close(torch.cat(ws), w1)
+    assert again["successes"] == first["successes"]
+    assert torch.equal(sess.agent.sac.generator.get_state(), before)
+    if eval_policy == "sample":
+        assert 0.7 < float(w1.std()) < 1.2  # b tanh(N(0, 1)), b = 1.5: std ~0.94, like the base VLA's noise
+    else:
+        assert float(w1.abs().max()) < 0.1

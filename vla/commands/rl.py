@@ -87,6 +87,12 @@ s / f record their verdict on the last episode); no answer within --reset-timeou
     p.add_argument("--num-critics", type=int, default=d["num_critics"], help="critic ensemble size (RLPD 10)")
     p.add_argument("--eval-every", type=int, default=d["eval_every"], help="episodes between evaluations")
     p.add_argument("--eval-episodes", type=int, default=d["eval_episodes"])
+    p.add_argument("--eval-policy", choices=["sample", "mean"], default=d["eval_policy"],
+                   help="evaluations draw the noise from the agent's policy (sample, seeded per episode, as the base "
+                        "VLA's N(0, I)) or take its mean (SAC's deterministic action)")
+    p.add_argument("--init-log-std", type=_float_or_none, default=d["init_log_std"], metavar="X|none",
+                   help="the noise policy's initial log std before the tanh (0: close to the base VLA's N(0, I); "
+                        "none: PyTorch's default init, std ~0.22)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--threads", type=int, default=d["threads"])
     p.add_argument("--serve", choices=["auto", "always", "never"], default="auto")
@@ -104,6 +110,10 @@ s / f record their verdict on the last episode); no answer within --reset-timeou
     g.add_argument("--keys", metavar="DIR", help="CurveZMQ keys from `vla bridge keys --out DIR`")
     g.add_argument("--insecure", action="store_true", help="learner: bind off loopback without keys")
     p.set_defaults(run=run)
+
+
+def _float_or_none(text: str) -> float | None:
+    return None if text.lower() == "none" else float(text)
 
 
 def make_sim_env(cfg, client):
@@ -197,6 +207,7 @@ def run(args) -> int:
                        noise_bound=args.noise_bound, noise_dims=args.noise_dims, warmup_steps=args.warmup_steps,
                        distill_steps=args.distill_steps, utd=args.utd, batch_size=args.batch_size,
                        num_critics=args.num_critics, eval_every=args.eval_every, eval_episodes=args.eval_episodes,
+                       eval_policy=args.eval_policy, init_log_std=args.init_log_std,
                        seed=args.seed, threads=args.threads, task=args.task or "", reward=reward,
                        instruction=args.instruction, reset_timeout_s=args.reset_timeout,
                        demos=tuple(os.path.abspath(d) for d in args.demos))
