@@ -30,6 +30,7 @@ import json
 import os
 import pathlib
 import platform
+import shutil
 import subprocess
 import textwrap
 import sys
@@ -66,6 +67,19 @@ def site_with_ports(path: str, port0: int) -> str:
     return path
 
 
+def reuse_base(job: dict, done: list[dict]) -> None:
+    """The base VLA's evaluation is the same for every session of a task (same checkpoint, seeds and
+    episodes): once one session of the task has finished it, later ones start with a copy of its
+    ``base_eval.json`` (which `vla rl` then reads instead of re-running it) and say so in ``base_from``."""
+    for r in done:
+        src = os.path.join(r["out"], "base_eval.json")
+        if r["task"] == job["task"] and os.path.isfile(src):
+            os.makedirs(job["out"], exist_ok=True)
+            shutil.copyfile(src, os.path.join(job["out"], "base_eval.json"))
+            job["base_from"] = os.path.basename(r["out"])
+            return
+
+
 def launch(job: dict, site: str, args) -> subprocess.Popen:
     cmd = [sys.executable, "-m", "vla.cli", "rl", "--checkpoint", args.checkpoint, "--task", job["task"],
            "--variant", METHODS[job["method"]], "--out", job["out"], "--robot", site, "--seed", str(job["seed"]),
@@ -86,7 +100,8 @@ def launch(job: dict, site: str, args) -> subprocess.Popen:
 
 def collect(job: dict) -> dict:
     out = job["out"]
-    res = {k: job[k] for k in ("task", "method", "seed")}
+    res = {k: job[k] for k in ("task", "method", "seed", "out")}
+    res["base_from"] = job.get("base_from")
     res["wall_s"] = job["wall_s"]
     res["returncode"] = job["returncode"]
     if job["returncode"] != 0:
@@ -198,6 +213,7 @@ def main(argv=None) -> int:
         for slot in range(args.jobs):
             if slot not in running and pending:
                 job = pending.pop(0)
+                reuse_base(job, done)
                 running[slot] = (job, launch(job, sites[slot], args))
                 print(f"[{time.perf_counter() - t_start:7.0f} s] start {job['task']} {job['method']} seed {job['seed']}",
                       flush=True)

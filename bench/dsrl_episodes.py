@@ -13,8 +13,8 @@ sessions' own episode logs, i.e. what the agent did while it learned, and answer
   (the base VLA samples w ~ N(0, I)).
 
 It copies each session's small logs (episodes.jsonl, evals.jsonl, base_eval.json, summary.json,
-rl_config.json) into ``OUT/sessions/<session>/``, so the figures can be re-made from the committed
-files alone (``--work OUT/sessions``; the noise statistics then come from ``train_success.json``).
+rl_config.json, and demos.json when the session had demos) into ``OUT/sessions/<session>/``, so the
+figures can be re-made from the committed files alone (``--work OUT/sessions``; the noise statistics then come from ``train_success.json``).
 
     .venv/bin/python bench/dsrl_episodes.py --work /work/runs/dsrl3 --out bench/results/dsrl_round3
 """
@@ -35,7 +35,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from dsrl import COLORS, METHODS  # noqa: E402  (the session names and colours of bench/dsrl.py)
 
 SESSION = re.compile(rf"^(?P<task>.+)-(?P<method>{'|'.join(map(re.escape, METHODS))})-s(?P<seed>\d+)$")
-LOGS = ("episodes.jsonl", "evals.jsonl", "base_eval.json", "summary.json", "rl_config.json")
+LOGS = ("episodes.jsonl", "evals.jsonl", "base_eval.json", "summary.json", "rl_config.json", "demos.json")
 
 
 def read_jsonl(path: str) -> list[dict]:

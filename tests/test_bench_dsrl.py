@@ -1,6 +1,7 @@
 """bench/dsrl.py --quick runs sessions through `vla rl` in parallel and writes the full report."""
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -16,7 +17,7 @@ def test_bench_dsrl_quick(tmp_path):
 
     save_tiny_vla(str(tmp_path / "ckpt"))
     r = subprocess.run([sys.executable, str(ROOT / "bench" / "dsrl.py"), "--quick", "--checkpoint", str(tmp_path / "ckpt"),
-                        "--task", "pick_red_cube", "--methods", "dsrl-na", "sac-raw", "--jobs", "2", "--out", str(tmp_path / "res"),
+                        "--task", "pick_red_cube", "--methods", "dsrl-na", "sac-raw", "--jobs", "1", "--out", str(tmp_path / "res"),
                         "--work", str(tmp_path / "work")], cwd=ROOT, capture_output=True, text=True, timeout=280)
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
     res = json.loads((tmp_path / "res" / "dsrl.json").read_text())
@@ -26,6 +27,10 @@ def test_bench_dsrl_quick(tmp_path):
         assert run["ticks"] == 100 and 0 <= run["final"] <= 1 and run["vla_weights_unchanged"]
         assert run["curve"][0][0] == 0 and run["curve"][-1][0] == 100
     assert set(res["summary"]["pick_red_cube"]) == {"dsrl-na", "sac-raw"}
+    # one session at a time: the second reuses the first one's base evaluation (same checkpoint and seeds)
+    first, second = res["runs"]
+    assert first["base_from"] is None and second["base_from"] == os.path.basename(first["out"])
+    assert second["base"] == first["base"]
     assert res["goals"]["pick_red_cube/dsrl-na"]["met"] is False  # 96 ticks and one seed cannot meet it
     assert (tmp_path / "res" / "dsrl.png").stat().st_size > 10_000
 
