@@ -90,6 +90,9 @@ s / f record their verdict on the last episode); no answer within --reset-timeou
     p.add_argument("--eval-policy", choices=["sample", "mean"], default=d["eval_policy"],
                    help="evaluations draw the noise from the agent's policy (sample, seeded per episode, as the base "
                         "VLA's N(0, I)) or take its mean (SAC's deterministic action)")
+    p.add_argument("--init-temperature", type=float, default=d["init_temperature"], metavar="ALPHA",
+                   help="SAC's initial entropy temperature (auto-tuned from there; a high one keeps the noise "
+                        "policy broad, near the base VLA, for longer)")
     p.add_argument("--init-log-std", type=_float_or_none, default=d["init_log_std"], metavar="X|none",
                    help="the noise policy's initial log std before the tanh (0: close to the base VLA's N(0, I); "
                         "none: PyTorch's default init, std ~0.22)")
@@ -208,6 +211,7 @@ def run(args) -> int:
                        distill_steps=args.distill_steps, utd=args.utd, batch_size=args.batch_size,
                        num_critics=args.num_critics, eval_every=args.eval_every, eval_episodes=args.eval_episodes,
                        eval_policy=args.eval_policy, init_log_std=args.init_log_std,
+                       init_temperature=args.init_temperature,
                        seed=args.seed, threads=args.threads, task=args.task or "", reward=reward,
                        instruction=args.instruction, reset_timeout_s=args.reset_timeout,
                        demos=tuple(os.path.abspath(d) for d in args.demos))
