@@ -82,8 +82,9 @@ class DSRLConfig:
     """cnn: side of the square uint8 camera frames the encoder reads (and the replay buffers store)."""
     image_pad: int = 4
     """cnn: DrQ random shift of the replayed frames by up to +-image_pad pixels per critic update (0: none)."""
-    sac: SACConfig = SACConfig(utd=20)
-    """SAC settings (action_scale is set from noise_bound)."""
+    sac: SACConfig = SACConfig(utd=20, init_log_std=0.0)
+    """SAC settings (action_scale is set from noise_bound). ``init_log_std`` 0: the first noise policy
+    is b tanh(N(0, I)), close to the N(0, I) the VLA denoises, so a session starts at the base VLA."""
 
     def __post_init__(self) -> None:
         if self.variant not in VARIANTS:
