@@ -3,7 +3,8 @@
 
 DSRL steers a VLA through that noise, and its noise policy's first draws decide where a session
 starts: the base VLA samples w ~ N(0, I) per chunk; a fresh SAC actor with PyTorch's default
-init draws w = b tanh(u), u ~ N(~0, 0.22^2), nearly the single 'mode' chunk of w = 0; with
+init draws w = b tanh(u) with u's std around 0.22 (so w's about 0.33) about a state-dependent
+mean, close to one chunk per state; with
 ``init_log_std 0`` (the `vla rl` default) it draws b tanh(N(0, 1)). This bench rolls the VLA out
 on the sim tasks with each of these noise distributions, on the evaluation seeds `vla rl` uses
 (200000 ...), one noise draw per chunk from a generator seeded by the episode.
@@ -32,7 +33,7 @@ import numpy as np  # noqa: E402
 
 NOISES = {  # name -> (label, sampler(rng, shape))
     "zero": ("w = 0 (the mode)", lambda rng, shape: np.zeros(shape, np.float32)),
-    "gauss0.33": ("N(0, 0.33^2 I) (default-init SAC actor, b = 1.5)",
+    "gauss0.33": ("N(0, 0.33^2 I) (about a default-init actor's spread, b = 1.5)",
                   lambda rng, shape: 0.33 * rng.standard_normal(shape)),
     "gauss1": ("N(0, I) (the base VLA)", lambda rng, shape: rng.standard_normal(shape)),
     "tanh1.5": ("1.5 tanh(N(0, I)) (init_log_std 0 actor, b = 1.5)",
