@@ -10,7 +10,7 @@ bridge on its own ports, ``--jobs`` at a time) from the same frozen VLA checkpoi
 * ``sac-raw``  the baseline: plain SAC on the raw action chunk (the VLA only gives features),
 
 all with the same budget of environment steps (control ticks), and reads back each session's
-base-VLA evaluation (the plain VLA on the same evaluation seeds), its periodic deterministic
+base-VLA evaluation (the plain VLA on the same evaluation seeds), its periodic
 evaluations (the learning curve) and its final evaluation. Reported per task and method: final
 success mean / min / max over seeds, the first tick at which an evaluation reached 90%, wall
 clock. Goal (issue "DSRL"): >= 90% within 10K steps for both DSRL variants.

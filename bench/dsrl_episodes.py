@@ -1,7 +1,7 @@
 #!/usr/bin/env python
 """What happened inside the sessions of a `bench/dsrl.py` run: training-episode success over time.
 
-`bench/dsrl.py` reports the deterministic evaluations (its learning curves). This script reads the
+`bench/dsrl.py` reports the evaluations (its learning curves). This script reads the
 sessions' own episode logs, i.e. what the agent did while it learned, and answers two questions:
 
 * Does the success rate of the training episodes rise or fall once the agent takes over from the
