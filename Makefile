@@ -8,7 +8,7 @@ PYTHON312 ?= $(shell for p in python3.12 $$(ls -d $$HOME/.pyenv/versions/3.12*/b
 STAMPS := .stamps
 export MUJOCO_GL ?= egl
 
-.PHONY: demo test setup clean-venv bench
+.PHONY: demo bridge-demo test setup clean-venv bench
 
 setup: $(STAMPS)/venv
 
@@ -34,6 +34,9 @@ $(STAMPS)/venv: pyproject.toml $(STAMPS)/apt
 	@touch $@
 
 demo: setup
+	$(VENV)/bin/vla demo --slice
+
+bridge-demo: setup
 	$(VENV)/bin/vla demo
 
 test: setup

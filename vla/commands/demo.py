@@ -1,9 +1,12 @@
-"""`vla demo`: the main job on the simulated default.
+"""`vla demo`: the main job on the simulated default (`make demo` runs ``--slice``).
 
-For now (the foundation): start the simulated Franka bridge in its own process, drive the arm
-through a short scripted motion over the bridge with ``robot_io.RobotEnv`` at a fixed control
-rate, and save camera frames, a plot of commanded vs measured end-effector positions and a
-summary (tracking error, control-loop jitter) in a run directory.
+``--slice``: the whole slice on the fast sim Franka, each stage through its own `vla`
+subcommand: record scripted demos, train the compact VLA, run a DSRL-NA session (with those demos
+in its critic), print the base VLA's and DSRL's success. Without it: start the simulated Franka
+bridge in its own process, drive the arm through a short scripted motion over the bridge with
+``robot_io.RobotEnv`` at a fixed control rate, and save camera frames, a plot of commanded vs
+measured end-effector positions and a summary (tracking error, control-loop jitter) in a run
+directory.
 """
 
 from __future__ import annotations
@@ -20,7 +23,9 @@ def add_parser(sub, name: str, help_: str) -> None:
         "Start the simulated Franka bridge (MuJoCo Panda, front + wrist cameras) in a separate process, "
         "drive the arm through a scripted square-and-grasp motion over the bridge at a fixed control rate, "
         "and write camera frames, a commanded-vs-measured end-effector plot and summary.json to a run "
-        "directory."), epilog="example:\n  vla demo --out runs/ --control-hz 10\n")
+        "directory."), epilog="examples:\n  vla demo --slice                 # the whole slice (make demo)\n"
+                  "  vla demo --slice --smoke         # every stage at toy size: an install check\n"
+                  "  vla demo --out runs/ --control-hz 10   # the bridge demo alone\n")
     p.add_argument("--site", default="sim-franka", help="site YAML file or preset name to serve and drive (default: sim-franka)")
     p.add_argument("--out", default="runs", help="parent folder of the run directory (default: runs/)")
     p.add_argument("--control-hz", type=float, default=10.0, help="control rate of the scripted motion (default 10)")
@@ -28,7 +33,7 @@ def add_parser(sub, name: str, help_: str) -> None:
     p.add_argument("--frame-every", type=int, default=10, help="save camera frames every N control steps (default 10)")
     p.add_argument("--slice", action="store_true",
                    help="the whole slice instead: record scripted demos, train the compact VLA, run a DSRL "
-                        "session, print base-vs-DSRL success (~15 min on 2 CPU cores; --full for the full length)")
+                        "session, print base-vs-DSRL success (~11 min on 2 CPU cores; --full for the full length)")
     p.add_argument("--full", action="store_true", help="with --slice: full-length settings (60 demos per task, "
                    "3 tasks, 6000 SFT steps, 10000 RL ticks; hours on a CPU)")
     p.add_argument("--smoke", action="store_true", help="with --slice: a ~2-minute run of every stage at toy size "
