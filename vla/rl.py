@@ -360,6 +360,36 @@ def start_run(cfg: RLConfig, resume: bool) -> None:
     torch.manual_seed(cfg.seed)
 
 
+def read_base_eval(sess: Session, resume: bool) -> dict[str, Any] | None:
+    """``RUN/base_eval.json`` if it evaluated this VLA (weights hash) on this session's evaluation
+    seeds and episode count, else None (a file left by another VLA or other settings is ignored,
+    with a message). A resumed run also takes a file written before those fields existed."""
+    path = os.path.join(sess.cfg.out, "base_eval.json")
+    if not os.path.isfile(path):
+        return None
+    with open(path) as f:
+        base = json.load(f)
+    want = {"vla_sha256": sess.digest_before, "episodes": sess.cfg.eval_episodes, "seed_start": sess.cfg.eval_seed_start}
+    if resume and "vla_sha256" not in base:
+        return base
+    differ = [k for k, v in want.items() if base.get(k) != v]
+    if differ:
+        print(f"{path} was taken with other {', '.join(differ)}; evaluating the base VLA again", flush=True)
+        return None
+    return base
+
+
+def write_base_eval(sess: Session, result: dict[str, Any]) -> dict[str, Any]:
+    """Write ``RUN/base_eval.json`` (atomically) with what it evaluated. -> what was written."""
+    base = {k: result[k] for k in ("episodes", "successes", "success_rate")}
+    base.update(seed_start=sess.cfg.eval_seed_start, vla_sha256=sess.digest_before)
+    path = os.path.join(sess.cfg.out, "base_eval.json")
+    with open(path + ".tmp", "w") as f:
+        json.dump(base, f)
+    os.replace(path + ".tmp", path)
+    return base
+
+
 def resume_session(sess: Session) -> None:
     """Load the last checkpoint into ``sess`` and say where the session continues."""
     sess.load()
@@ -441,14 +471,9 @@ def run_session(cfg: RLConfig, env, vla, resume: bool = False, operator: Operato
         resume_session(sess)
     else:
         sess.add_demos()
-    base_path = os.path.join(cfg.out, "base_eval.json")
-    if os.path.isfile(base_path):
-        with open(base_path) as f:
-            base = json.load(f)
-    else:
-        base = {k: v for k, v in sess.evaluate(cfg.eval_episodes, cfg.eval_seed_start, base=True).items() if k != "frames"}
-        with open(base_path, "w") as f:
-            json.dump(base, f)
+    base = read_base_eval(sess, resume)
+    if base is None:
+        base = write_base_eval(sess, sess.evaluate(cfg.eval_episodes, cfg.eval_seed_start, base=True))
     log = RunLog(cfg.out, sess.ticks)
     bar = tqdm(total=cfg.total_ticks, initial=min(sess.ticks, cfg.total_ticks), desc=f"{cfg.method}-{cfg.variant}",
                unit="tick", disable=not progress)

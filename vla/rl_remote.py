@@ -354,7 +354,7 @@ class Learner:
     def __init__(self, cfg: RLConfig, vla, bind: str = "tcp://127.0.0.1:5800", resume: bool = False,
                  keys: CurveKeys | None = None, insecure: bool = False, progress: bool = True,
                  context: zmq.Context | None = None) -> None:
-        from vla.rl import RunLog, Session, resume_session, start_run
+        from vla.rl import RunLog, Session, read_base_eval, resume_session, start_run
 
         _check_link_carries(cfg)
         self.cfg, self.progress = cfg, progress
@@ -394,11 +394,7 @@ class Learner:
         self.summary: dict[str, Any] | None = None
         self.finished = False
         self.finished_acks = 0
-        self.base: dict[str, Any] | None = None
-        base_path = os.path.join(cfg.out, "base_eval.json")
-        if os.path.isfile(base_path):
-            with open(base_path) as f:
-                self.base = json.load(f)
+        self.base: dict[str, Any] | None = read_base_eval(s, resume)
         self.log = RunLog(cfg.out, s.ticks)
         self.t0 = time.perf_counter()
         self.bar = None
@@ -569,11 +565,9 @@ class Learner:
     def _log_eval(self, ev: dict[str, Any]) -> None:
         if ev["kind"] == "base":
             if self.base is None:
-                self.base = {k: ev[k] for k in ("episodes", "successes", "success_rate")}
-                path = os.path.join(self.cfg.out, "base_eval.json")
-                with open(path + ".tmp", "w") as f:
-                    json.dump(self.base, f)
-                os.replace(path + ".tmp", path)
+                from vla.rl import write_base_eval
+
+                self.base = write_base_eval(self.sess, ev)
         else:
             self.log.evaluation(ev["episode"], ev["total_ticks"], ev)
 

@@ -292,3 +292,30 @@ def test_evaluation_noise_is_seeded_per_episode_and_the_first_policy_is_near_the
         assert 0.7 < float(w1.std()) < 1.2  # b tanh(N(0, 1)), b = 1.5: std ~0.94, like the base VLA's noise
     else:
         assert float(w1.abs().max()) < 0.1
+
+
+def test_base_evaluation_is_reused_only_for_the_same_vla_and_evaluation_seeds(tmp_path, capsys):
+    """RUN/base_eval.json records what it evaluated; a new session reuses it only when the VLA's
+    weights, the evaluation episodes and seeds match (`bench/dsrl.py` copies it between sessions of a
+    task); a resumed run also takes a file from before those fields existed."""
+    from vla.rl import Session, read_base_eval, write_base_eval
+    from vla.rl_config import RLConfig
+
+    cfg = RLConfig(checkpoint="stub", out=str(tmp_path / "run"), task="pick_red_cube", total_ticks=64,
+                   num_critics=2, hidden=(16,), eval_episodes=4)
+    os.makedirs(cfg.out)
+    sess = Session(cfg, _CameraEnv(), _StubVLA(), progress=False)
+    assert read_base_eval(sess, resume=False) is None
+    written = write_base_eval(sess, {"episodes": 4, "successes": 1, "success_rate": 0.25, "frames": []})
+    assert read_base_eval(sess, resume=False) == written and written["vla_sha256"] == sess.digest_before
+    other = _StubVLA()
+    with torch.no_grad():
+        other.bias += 0.1
+    assert read_base_eval(Session(cfg, _CameraEnv(), other, progress=False), resume=False) is None
+    assert "vla_sha256" in capsys.readouterr().out
+    more = RLConfig(**{**cfg.__dict__, "eval_episodes": 8})
+    assert read_base_eval(Session(more, _CameraEnv(), _StubVLA(), progress=False), resume=False) is None
+    legacy = {"episodes": 4, "successes": 1, "success_rate": 0.25}
+    with open(os.path.join(cfg.out, "base_eval.json"), "w") as f:
+        json.dump(legacy, f)
+    assert read_base_eval(sess, resume=False) is None and read_base_eval(sess, resume=True) == legacy
