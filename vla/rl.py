@@ -155,6 +155,7 @@ class Session:
             return None
         from hardware.sim_tasks import get_task
         from policies.common.replay import ReplayBuffer
+        from vla.data.writer import atomic_write_json
         from vla.rl_demos import demo_transitions
 
         instruction = self.cfg.instruction or get_task(self.cfg.task).instruction
@@ -164,10 +165,7 @@ class Session:
                                  {k: v for k, v in old.extras_spec.items() if k != "intervention"})
         for tr in trs:
             self.demo.add(**tr)
-        path = os.path.join(self.cfg.out, "demos.json")
-        with open(path + ".tmp", "w") as f:
-            json.dump(report, f, indent=2)
-        os.replace(path + ".tmp", path)
+        atomic_write_json(report, os.path.join(self.cfg.out, "demos.json"))
         print(f"demos: {report['transitions']} transitions from {report['episodes']} episodes "
               f"({report['successes']} successful) in the demo buffer"
               + (f"; {report['skipped_other_instruction']} episode(s) of another instruction skipped"
@@ -289,9 +287,9 @@ class Session:
     def evaluate(self, n: int, seed_start: int, base: bool = False, videos: int = 0) -> dict[str, Any]:
         frames_all = []
         res = []
+        mean = self.cfg.eval_policy == "mean"
         for i in range(n):
             frames: list | None = [] if i < videos else None
-            mean = self.cfg.eval_policy == "mean"
             gen = None if mean else torch.Generator().manual_seed(seed_start + i)
             res.append(self.run_episode(seed_start + i, learn=False, deterministic=mean, base=base, frames=frames,
                                         generator=gen))
@@ -382,16 +380,19 @@ def read_base_eval(sess: Session, resume: bool) -> dict[str, Any] | None:
 def write_base_eval(sess: Session, result: dict[str, Any]) -> dict[str, Any]:
     """Write ``RUN/base_eval.json`` (atomically) with what it evaluated. -> what was written."""
     base = {k: result[k] for k in ("episodes", "successes", "success_rate")}
+    from vla.data.writer import atomic_write_json
+
     base.update(seed_start=sess.cfg.eval_seed_start, vla_sha256=sess.digest_before)
-    path = os.path.join(sess.cfg.out, "base_eval.json")
-    with open(path + ".tmp", "w") as f:
-        json.dump(base, f)
-    os.replace(path + ".tmp", path)
+    atomic_write_json(base, os.path.join(sess.cfg.out, "base_eval.json"))
     return base
 
 
-def resume_session(sess: Session) -> None:
-    """Load the last checkpoint into ``sess`` and say where the session continues."""
+def open_session(sess: Session, resume: bool) -> None:
+    """Resumed: load the last checkpoint into ``sess`` and say where the session continues (its demo
+    buffer already holds any demos). New: put ``cfg.demos`` into the demo buffer."""
+    if not resume:
+        sess.add_demos()
+        return
     sess.load()
     print(f"resumed {sess.cfg.out} at episode {sess.episode}, step {sess.step}, {sess.ticks} ticks "
           f"({len(sess.online)} online / {len(sess.demo)} demo transitions)", flush=True)
@@ -467,10 +468,7 @@ def run_session(cfg: RLConfig, env, vla, resume: bool = False, operator: Operato
 
     start_run(cfg, resume)
     sess = Session(cfg, env, vla, operator=operator, progress=progress)
-    if resume:
-        resume_session(sess)
-    else:
-        sess.add_demos()
+    open_session(sess, resume)
     base = read_base_eval(sess, resume)
     if base is None:
         base = write_base_eval(sess, sess.evaluate(cfg.eval_episodes, cfg.eval_seed_start, base=True))

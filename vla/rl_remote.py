@@ -354,7 +354,7 @@ class Learner:
     def __init__(self, cfg: RLConfig, vla, bind: str = "tcp://127.0.0.1:5800", resume: bool = False,
                  keys: CurveKeys | None = None, insecure: bool = False, progress: bool = True,
                  context: zmq.Context | None = None) -> None:
-        from vla.rl import RunLog, Session, read_base_eval, resume_session, start_run
+        from vla.rl import RunLog, Session, open_session, read_base_eval, start_run
 
         _check_link_carries(cfg)
         self.cfg, self.progress = cfg, progress
@@ -373,10 +373,7 @@ class Learner:
         self.endpoint = self.sock.getsockopt_string(zmq.LAST_ENDPOINT)
         start_run(cfg, resume)
         self.sess = Session(cfg, None, vla, progress=progress)
-        if resume:
-            resume_session(self.sess)
-        else:
-            self.sess.add_demos()
+        open_session(self.sess, resume)
         s = self.sess
         self.spec = TransitionSpec.of(s.agent)
         # "received" counters run ahead of the learned ones (s.step, s.ticks, s.episode) by the inbox

@@ -48,8 +48,9 @@ SLICE = {  # quick (default) and --full settings of `vla demo --slice`
     "full": {"tasks": ["pick_red_cube", "lift_green_cube", "pick_blue_cube"], "episodes": 60, "quality": 0.5,
              "steps": 6000, "ticks": 10_000, "eval_episodes": 20, "utd": 20, "critics": 10, "eval_every": 10},
     "smoke": {"tasks": ["pick_red_cube"], "episodes": 2, "quality": 0.5, "steps": 20, "ticks": 48,
-              "eval_episodes": 1, "utd": 1, "critics": 2, "eval_every": 0, "batch_size": 16, "warmup_steps": 2,
-              "max_episode_ticks": 24},
+              "eval_episodes": 1, "utd": 1, "critics": 2, "eval_every": 0,
+              "train_args": ["--batch-size", "16"],
+              "rl_args": ["--batch-size", "16", "--warmup-steps", "2", "--max-episode-ticks", "24"]},
 }
 
 
@@ -86,19 +87,17 @@ def run_slice(args) -> int:
                   "--serve", "never"])
             datasets += ["--dataset", root]
         vla_dir = os.path.join(run_dir, "vla")
-        small = ["--batch-size", str(cfg["batch_size"])] if "batch_size" in cfg else []
         step("train the compact VLA", ["train", *datasets, "--out", vla_dir, "--steps", str(cfg["steps"]),
                                        "--save-every", str(cfg["steps"] // 2), "--aug-views", "1", "--threads", "1",
-                                       *small])
+                                       *cfg.get("train_args", [])])
         rl_dir = os.path.join(run_dir, "dsrl")
         # the demos just recorded also train DSRL-NA's action critic (--demos)
         step(f"DSRL-NA on {args.task}", ["rl", "--checkpoint", vla_dir, "--task", args.task, "--out", rl_dir,
                                          "--demos", os.path.join(run_dir, "data", args.task),
                                          "--total-ticks", str(cfg["ticks"]), "--utd", str(cfg["utd"]),
                                          "--num-critics", str(cfg["critics"]), "--eval-every", str(cfg["eval_every"]),
-                                         "--eval-episodes", str(cfg["eval_episodes"]), "--serve", "never", *small,
-                                         *[a for k in ("warmup_steps", "max_episode_ticks") if k in cfg
-                                           for a in (f"--{k.replace('_', '-')}", str(cfg[k]))]])
+                                         "--eval-episodes", str(cfg["eval_episodes"]), "--serve", "never",
+                                         *cfg.get("rl_args", [])])
     with open(os.path.join(rl_dir, "summary.json")) as f:
         s = _json.load(f)
     print(f"\n== done in {(time.monotonic() - t0) / 60:.1f} min: {run_dir}")
