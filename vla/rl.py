@@ -46,6 +46,7 @@ import numpy as np
 import torch
 
 from vla.envs import VLAPolicy
+from vla.operator_reset import OperatorStop
 from vla.rl_config import RLConfig
 
 Operator = Callable[[dict, dict], "np.ndarray | None"]
@@ -492,11 +493,8 @@ def run_session(cfg: RLConfig, env, vla, resume: bool = False, operator: Operato
             bar.n = min(sess.ticks, cfg.total_ticks)
             rate = (sess.ticks - ticks0) / max(time.perf_counter() - t0, 1e-9)
             bar.set_postfix(ep=sess.episode, succ=f"{np.mean(recent):.0%}", tps=f"{rate:.1f}")  # also redraws
-    except BaseException as e:
-        from vla.operator_reset import OperatorStop
-
-        if isinstance(e, OperatorStop):  # raised by env.reset before an episode moved anything
-            sess.save()
+    except OperatorStop:  # raised by env.reset before an episode moved anything
+        sess.save()
         raise
     finally:
         bar.close()

@@ -319,3 +319,38 @@ def test_base_evaluation_is_reused_only_for_the_same_vla_and_evaluation_seeds(tm
     with open(os.path.join(cfg.out, "base_eval.json"), "w") as f:
         json.dump(legacy, f)
     assert read_base_eval(sess, resume=False) is None and read_base_eval(sess, resume=True) == legacy
+
+
+def test_an_operator_stop_at_reset_checkpoints_the_finished_episodes_and_resume_continues(tmp_path):
+    """On a real robot the operator's reset prompt raises OperatorStop ('q') or OperatorTimeout (no
+    answer) in env.reset, before the episode moves anything: run_session saves the episodes done so
+    far (even between checkpoints) and re-raises; `--resume` continues from there."""
+    from vla.operator_reset import OperatorTimeout
+    from vla.rl import run_session
+    from vla.rl_config import RLConfig
+
+    class _StopsAtReset(_CameraEnv):
+        def __init__(self, stop_at: int | None) -> None:
+            super().__init__()
+            self.resets, self.stop_at = 0, stop_at
+
+        def reset(self, seed=None):
+            if self.resets == self.stop_at:
+                raise OperatorTimeout("nobody answered the reset prompt")
+            self.resets += 1
+            return super().reset(seed)
+
+    torch.set_num_threads(1)
+    # checkpoint_every 5: without the save on OperatorStop the 3 finished episodes would be lost
+    cfg = RLConfig(checkpoint="stub", out=str(tmp_path / "run"), task="pick_red_cube", total_ticks=48, warmup_steps=1,
+                   utd=1, batch_size=4, num_critics=2, hidden=(16,), distill_steps=1, eval_every=0, eval_episodes=1,
+                   checkpoint_every=5, videos=0)
+    # the base evaluation resets once (1 episode), then training episodes 0, 1, 2; the 5th reset stops
+    with pytest.raises(OperatorTimeout):
+        run_session(cfg, _StopsAtReset(stop_at=4), _StubVLA(), progress=False)
+    state = json.loads((tmp_path / "run" / "checkpoint" / "state.json").read_text())
+    assert state["episode"] == 3 and state["step"] == 6
+    summary = run_session(cfg, _StopsAtReset(stop_at=None), _StubVLA(), resume=True, progress=False)
+    assert summary["ticks"] == 48 and summary["episodes"] == 6
+    eps = [json.loads(x) for x in open(tmp_path / "run" / "episodes.jsonl")]
+    assert [e["episode"] for e in eps] == list(range(6))
