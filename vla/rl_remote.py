@@ -155,8 +155,9 @@ LEARNER_TYPES = frozenset({"welcome", "ack", "params", "error"})
 EVAL_KINDS = ("base", "periodic")
 TAKEOVER_S = 10.0
 """A hello from another actor is refused (``actor_busy``) while the registered one was heard within this."""
-FINISH_GRACE_S = 3.0
-"""After the session finished, the learner keeps answering (finished acks) for at most this long..."""
+FINISH_GRACE_S = 12.0
+"""After the session finished, the learner keeps answering (finished acks) for at most this long
+(longer than the actor's 5 s bye resend, so a lost finished ack is always followed by another)..."""
 FINISH_ACKS = 2
 """...or until it has sent this many finished acks."""
 EPISODE_INFO = {"seed": int, "success": bool, "ticks": int, "steps": int, "return": float, "interventions": int}
