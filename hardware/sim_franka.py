@@ -308,7 +308,10 @@ class SimFranka(Arm):
             self._thread = None
 
     def describe(self) -> dict[str, Any]:
+        from hardware.sim_tasks import TASKS  # numpy only; imported on use
+
         return {**super().describe(), "sim": True, "objects": list(OBJECT_NAMES), "cameras": ["front", "wrist"],
+                "tasks": sorted(TASKS),  # what reset(task=...) accepts; the bridge checks it before the driver
                 "ee_site": "tcp", "physics_hz": self.physics_hz, "control_dt": self.control_dt,
                 "realtime": self.realtime, "object_region": [list(r) for r in OBJECT_REGION],
                 "table_top_z": TABLE_TOP_Z}

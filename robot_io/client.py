@@ -2,7 +2,10 @@
 
 * :class:`DeviceClient` sends one typed command and waits for its reply, with a request id and
   a deadline; an ``error`` reply raises :class:`CommandError` carrying the server's code and
-  field. Optionally a heartbeat thread keeps the server's watchdog fed.
+  field. Optionally a heartbeat thread keeps the server's watchdog fed. Every request carries
+  the client's id (header ``client``, random per DeviceClient and shared with its heartbeat
+  thread): the server's ownership key, so the heartbeats of the client that moves a device are
+  the ones that keep it active. ``close()`` hands an owned device back (``release``).
 * :class:`StreamReader` subscribes to a device's stream on a background thread, in one of two
   modes: ``latest`` keeps only the newest message (for control loops), ``record`` keeps every
   message in order in a bounded queue and counts sequence gaps (for recorders).
@@ -54,9 +57,15 @@ _req_counter = itertools.count(1)
 class DeviceClient:
     """Commands to one device. Not thread-safe by design except through its internal lock."""
 
+    # replies to these never make this client a device's owner (see robot_io.server)
+    _READ_ONLY = frozenset({"ping", "describe", "capture", "heartbeat"})
+
     def __init__(self, endpoint: str, device: str = "", timeout_s: float = 1.0, keys: CurveKeys | None = None,
-                 heartbeat_hz: float | None = None, context: zmq.Context | None = None) -> None:
+                 heartbeat_hz: float | None = None, context: zmq.Context | None = None,
+                 client_id: str | None = None) -> None:
         self.endpoint, self.device, self.timeout_s, self.keys = endpoint, device, float(timeout_s), keys
+        self.client_id = client_id or os.urandom(8).hex()  # our identity at the server; the heartbeat shares it
+        self._may_own = False  # a command other than a read was accepted since the last reset/stop/release
         self.ctx = context or zmq.Context.instance()
         self._lock = threading.Lock()
         self._sock = self._make_socket()
@@ -79,7 +88,7 @@ class DeviceClient:
         timeout_s = self.timeout_s if timeout_s is None else timeout_s
         req_id = f"{os.getpid()}-{next(_req_counter)}"
         now = time.monotonic_ns()
-        meta = {"req_id": req_id, "deadline_ns": now + int(timeout_s * 1e9), **meta}
+        meta = {"req_id": req_id, "deadline_ns": now + int(timeout_s * 1e9), "client": self.client_id, **meta}
         if mtype == "heartbeat":
             meta.pop("deadline_ns")
         with self._lock:
@@ -103,6 +112,8 @@ class DeviceClient:
                 break
         if reply.type == "error":
             raise CommandError(reply.device or self.device, reply["code"], reply["message"], reply.get("field"))
+        if mtype not in self._READ_ONLY:
+            self._may_own = mtype not in ("reset", "stop", "release")
         return reply
 
     # convenience wrappers ----------------------------------------------------------------
@@ -115,6 +126,11 @@ class DeviceClient:
     def describe(self) -> dict:
         return self.request("describe")["description"]
 
+    def release(self, timeout_s: float | None = None) -> bool:
+        """Hand the device back: if this client owns it, it goes to its safe state (no latch) and
+        the next commanding client may take it. Returns whether this client was the owner."""
+        return bool(self.request("release", timeout_s=timeout_s).get("released"))
+
     # heartbeat -------------------------------------------------------------------------------
     def start_heartbeat(self, hz: float) -> None:
         if self._hb_thread is not None:
@@ -125,26 +141,66 @@ class DeviceClient:
         self._hb_thread.start()
 
     def _heartbeat_loop(self, hz: float) -> None:
-        # its own socket: zmq sockets must not be shared between threads
-        hb = DeviceClient(self.endpoint, self.device, timeout_s=max(0.5, 2.0 / hz), keys=self.keys, context=self.ctx)
-        misses = 0
+        """Heartbeats on a fixed cadence, pipelined: the next one does not wait for the previous
+        reply. Under CPU load a round trip takes several scheduler wake-ups in a row (each end's
+        I/O thread, the server's command thread, this thread), and waiting for each reply
+        stretched the gaps between heartbeats past the server's timeout (false watchdog trips).
+        Replies are read as they come; a run of unanswered heartbeats is logged."""
+        # its own socket (zmq sockets must not be shared between threads), with this client's id:
+        # the server counts these heartbeats as the owner's
+        sock = self._make_socket()
+        sock.setsockopt(zmq.SNDHWM, 16)  # a server that is down does not pile up heartbeats here
+        period = 1.0 / hz
+        unanswered = 0  # heartbeats sent since the last reply
+        seq = 0
+        next_t = time.monotonic()
         try:
-            while not self._hb_stop.wait(1.0 / hz):
+            while True:
+                while sock.poll(0):
+                    reply = decode(sock.recv_multipart(copy=False))
+                    if reply.type == "error":
+                        log.warning("%s: heartbeat refused: [%s] %s", self.device, reply.get("code"),
+                                    reply.get("message"))
+                    unanswered = 0
+                per_s = max(1, round(hz))  # a second without an answer is news; then every 10 s
+                if unanswered == per_s or (unanswered and unanswered % (10 * per_s) == 0):
+                    log.warning("%s: %d heartbeat(s) unanswered", self.device, unanswered)
+                seq += 1
+                now = time.monotonic_ns()
+                meta = {"req_id": f"{os.getpid()}-hb-{seq}", "client": self.client_id}
                 try:
-                    hb.request("heartbeat")
-                    misses = 0
-                except BridgeTimeout:
-                    misses += 1
-                    if misses in (3, 10) or misses % 100 == 0:  # one late answer is not news
-                        log.warning("%s: %d heartbeat(s) unanswered", self.device, misses)
+                    sock.send_multipart(encode(Message("heartbeat", self.device, {}, meta, seq=seq, t_mono_ns=now)),
+                                        zmq.NOBLOCK)
+                except zmq.Again:  # queue full: the server is not reading
+                    pass
+                unanswered += 1
+                next_t += period
+                wait = next_t - time.monotonic()
+                if wait <= 0:  # late (a busy machine): carry on from now rather than send a burst
+                    next_t, wait = time.monotonic(), 0.0
+                if self._hb_stop.wait(wait):
+                    break
+        except ProtocolError as e:  # the server answered garbage: loudly, and stop pretending to be alive
+            log.error("%s: undecodable heartbeat reply, heartbeats stopped: %s", self.device, e)
         finally:
-            hb.close()
+            sock.close(linger=0)
 
-    def close(self) -> None:
+    def stop_heartbeat(self) -> None:
         self._hb_stop.set()
         if self._hb_thread is not None and self._hb_thread is not threading.current_thread():
             self._hb_thread.join(timeout=2)
         self._hb_thread = None
+
+    def close(self) -> None:
+        """Stop the heartbeat, hand back a device this client may own (``release``, best effort:
+        if the server does not answer, its watchdog puts the device in its safe state), close."""
+        self.stop_heartbeat()
+        if self._may_own and not self._sock.closed:
+            try:
+                self.release(timeout_s=min(self.timeout_s, 0.5))
+            except (BridgeError, ProtocolError) as e:
+                log.debug("%s: release on close failed: %s", self.device or self.endpoint, e)
+            self._may_own = False
         self._sock.close(linger=0)
 
     def __enter__(self):

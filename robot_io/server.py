@@ -6,10 +6,20 @@ A :class:`DeviceServer` puts one device behind the bridge. It owns two threads:
   with an ``error`` reply that names the problem -- the device is not touched), checks its
   deadline, lets the :class:`Service` apply it and replies with what was actually applied.
   The same thread runs the watchdog: while the device is *active* (it has been given a motion
-  command since its last reset/stop), no command or heartbeat for ``command_timeout_ms``
-  puts it in its safe state. The trip latches: motion commands are refused with code
-  ``safe_state`` until a ``reset`` re-arms the device, so a client that lost contact can never
-  resume motion by accident.
+  command since its last reset/stop/release), no command or heartbeat *from its owner* for
+  ``command_timeout_ms`` puts it in its safe state. The trip latches: motion commands are
+  refused with code ``safe_state`` until a ``reset`` re-arms the device, so a client that lost
+  contact can never resume motion by accident. Silence is measured up to the last message that
+  arrived, not the last one the thread got round to: before tripping, the thread answers
+  everything already readable on the socket (a thread starved of CPU wakes late, and would
+  otherwise blame the owner for its own delay).
+* Ownership: the client whose motion command made the device active owns it until the watchdog
+  trips, or it sends ``release``, ``stop`` or ``reset``. A client is its header field ``client``
+  (DeviceClient sends a random id, shared with its heartbeat thread's socket) or, without one,
+  its ROUTER routing id. Only the owner's accepted messages feed the watchdog: another client's
+  pings, captures or heartbeats never keep the device active. While owned, another client's
+  motion command, ``reset`` or ``release`` is refused with code ``not_owner`` (field ``client``);
+  ``stop`` (the software e-stop) is obeyed from anyone.
 * the stream thread publishes the device's samples (arm states, camera frames) on PUB.
 
 Services adapt a ``hardware`` device to the wire. They duck-type the device (robot_io never
@@ -18,6 +28,7 @@ imports hardware), so any object with the ``hardware.base.Arm`` / ``Camera`` met
 
 from __future__ import annotations
 
+import difflib
 import logging
 import math
 import threading
@@ -30,7 +41,7 @@ import zmq
 from robot_io import limits as L
 from robot_io.security import CurveKeys, secure_server_socket
 from robot_io.wire import (COMMAND_TYPES, Message, ProtocolError, check_array, decode, encode,
-                           error_message)
+                           error_message, peek_req_id)
 
 log = logging.getLogger(__name__)
 
@@ -75,6 +86,10 @@ class Service:
         return iter(())
 
 
+MAX_SEED = 2**63 - 1
+"""Largest ``reset`` seed accepted (seeds are non-negative int64s)."""
+
+
 class ArmService(Service):
     """An ``Arm`` behind the bridge: ee_delta / joint_position / reset / stop / capture."""
 
@@ -88,6 +103,11 @@ class ArmService(Service):
         # In fast mode (a simulator with realtime=False) the physics only advances when told:
         # each motion command then advances one control period before the reply.
         self.fast = getattr(device, "realtime", True) is False
+        self.tasks: tuple[str, ...] = ()  # scene layouts ``reset`` accepts (a simulator's describe()["tasks"])
+
+    def open(self) -> None:
+        super().open()
+        self.tasks = tuple(self.device.describe().get("tasks") or ())
 
     def describe(self) -> dict:
         d = super().describe()
@@ -145,12 +165,23 @@ class ArmService(Service):
                 arrays["gripper"] = np.array([grip], np.float32)
             return arrays, {"clipped": clipped}
         if t == "reset":
+            # checked here, not by the driver: refused input must not reach the device (nor log a traceback)
             seed = msg.get("seed")
-            if seed is not None and not isinstance(seed, int):
-                raise CommandRefused("bad_field", f"reset seed must be an integer or nil, got {seed!r}", "seed")
+            if seed is not None and not (type(seed) is int and 0 <= seed <= MAX_SEED):
+                raise CommandRefused("bad_field", f"reset seed must be nil or an integer in [0, 2**63), "
+                                     f"got {seed!r:.40}", "seed")
             task = msg.get("task")
-            if task is not None and not isinstance(task, str):
-                raise CommandRefused("bad_field", f"reset task must be a string or nil, got {task!r}", "task")
+            if task is not None:
+                if type(task) is not str:
+                    raise CommandRefused("bad_field", f"reset task must be a string or nil, got {task!r:.40}", "task")
+                if task not in self.tasks:
+                    if not self.tasks:
+                        raise CommandRefused("unknown_task", f"arm {self.name!r} has no tasks (only a simulator "
+                                             f"lays out a task's scene); reset it without one", "task")
+                    close = difflib.get_close_matches(task, self.tasks, n=3, cutoff=0.5)
+                    hint = f" Did you mean {', '.join(close)}?" if close else ""
+                    raise CommandRefused("unknown_task", f"unknown task {task[:60]!r}.{hint} Known: "
+                                         f"{', '.join(sorted(self.tasks))}", "task")
             # a simulator places its scene for the task; a real arm only goes home
             self.device.reset(seed=seed, **({"task": task} if task is not None else {}))
             return self._state_arrays()
@@ -270,7 +301,8 @@ class DeviceServer:
         # watchdog state (command thread only, read elsewhere for stats)
         self.active = False
         self.tripped = False
-        self.last_contact_ns = time.monotonic_ns()
+        self.owner: str | None = None  # who commands the device while it is active (see the module doc)
+        self.last_contact_ns = time.monotonic_ns()  # the owner's last accepted message
         self.stats = {"commands": 0, "errors": 0, "watchdog_trips": 0, "published": 0}
         self.last_trip_ns: int | None = None
         self.stream_error: BaseException | None = None
@@ -328,80 +360,127 @@ class DeviceServer:
         poller = zmq.Poller()
         poller.register(router, zmq.POLLIN)
         poll_ms = max(1, min(10, self.command_timeout_ns // 10_000_000))
+        grace_ms = max(1, min(10, self.command_timeout_ns // 20_000_000))
         try:
             while not self._stop.is_set():
                 if poller.poll(poll_ms):
-                    frames = router.recv_multipart(copy=False)
-                    reply = self._handle_frames(frames[1:])
-                    reply.seq = self._next_seq()
-                    router.send_multipart([frames[0], *encode(reply)], copy=False)
-                self._check_watchdog()
+                    self._serve_one(router)
+                if self._owner_silent():
+                    # Silence is judged on what has ARRIVED: a thread that was starved of CPU (or
+                    # busy in a slow driver call) wakes up late with the owner's heartbeats queued.
+                    # Give the I/O thread a moment, answer everything readable, then decide.
+                    poller.poll(grace_ms)
+                    self._drain(router)
+                    self._check_watchdog()
         finally:
             router.close(linger=0)
 
-    def _handle_frames(self, frames) -> Message:
+    def _serve_one(self, router: zmq.Socket, flags: int = 0) -> None:
+        frames = router.recv_multipart(flags, copy=False)
+        reply = self._handle_frames(frames[1:], frames[0].bytes)
+        reply.seq = self._next_seq()
+        router.send_multipart([frames[0], *encode(reply)], copy=False)
+
+    def _drain(self, router: zmq.Socket, limit: int = 1000) -> None:
+        """Answer every message already readable (non-blocking; at most ``limit``, so a flood
+        cannot hold the watchdog off)."""
+        for _ in range(limit):
+            try:
+                self._serve_one(router, zmq.NOBLOCK)
+            except zmq.Again:
+                return
+
+    def _handle_frames(self, frames, peer: bytes = b"") -> Message:
+        """One request -> its reply. ``peer``: the sender's ROUTER routing id (its identity when
+        the header carries no ``client`` field)."""
         req_id = None
         try:
-            msg = decode(frames)
+            try:
+                msg = decode(frames)
+            except ProtocolError:
+                req_id = peek_req_id(frames[0]) if frames else None  # so the client can match the refusal
+                raise
             req_id = msg.get("req_id")
             if msg.type not in COMMAND_TYPES:
                 raise ProtocolError("unknown_type", f"{msg.type!r} is not a command; send one of "
                                     f"{sorted(COMMAND_TYPES)}", "type")
+            if req_id is None:
+                raise ProtocolError("bad_field", "a command needs a req_id (a string or an integer), got nil", "req_id")
             if msg.device and msg.device != self.name:
-                raise ProtocolError("unknown_device", f"this endpoint serves {self.name!r}, not {msg.device!r}", "device")
+                raise ProtocolError("unknown_device", f"this endpoint serves {self.name!r}, not {msg.device[:60]!r}",
+                                    "device")
             now = time.monotonic_ns()
-            deadline = msg.get("deadline_ns")
-            if deadline is not None:
-                if not isinstance(deadline, int):
-                    raise ProtocolError("bad_header", "deadline_ns must be an integer (time.monotonic_ns) or nil",
-                                        "deadline_ns")
-                if now > deadline:
-                    raise CommandRefused("deadline_exceeded", f"command arrived {(now - deadline) / 1e6:.1f} ms "
-                                         "after its deadline; not applied", "deadline_ns")
+            deadline = msg.get("deadline_ns")  # an int (wire-checked); absent only on heartbeats
+            if deadline is not None and now > deadline:
+                raise CommandRefused("deadline_exceeded", f"command arrived {(now - deadline) / 1e6:.1f} ms "
+                                     "after its deadline; not applied", "deadline_ns")
+            client = msg.get("client")
+            sender = f"client:{client}" if client is not None else f"peer:{peer.hex()}"
+            is_owner = self.owner is not None and sender == self.owner
             self.stats["commands"] += 1
-            self.last_contact_ns = now
             meta: dict = {"req_id": req_id}
             arrays: dict = {}
-            if msg.type == "heartbeat":
-                meta.update(active=self.active, tripped=self.tripped)
-                return Message("heartbeat", self.name, meta=meta)
-            if msg.type == "ping":
+            mtype = msg.type
+            if mtype == "heartbeat":
+                meta.update(active=self.active, tripped=self.tripped, owner=is_owner)
+                reply = Message("heartbeat", self.name, meta=meta)
+            elif mtype == "ping":
                 arrays = dict(msg.arrays)
                 meta["echo_t_mono_ns"] = msg.t_mono_ns
-            elif msg.type == "describe":
+                reply = Message("reply", self.name, arrays, meta)
+            elif mtype == "describe":
                 meta["description"] = {**self.service.describe(), "command_timeout_ms": self.command_timeout_ns / 1e6,
                                        "stream_endpoint": self.stream_endpoint}
-            elif msg.type == "stop":
+                reply = Message("reply", self.name, arrays, meta)
+            elif mtype == "stop":  # the software e-stop: obeyed from anyone
                 self.service.safe_state()
-                self.active, self.tripped = False, True
+                self.active, self.tripped, self.owner = False, True, None
+                reply = Message("reply", self.name, arrays, meta)
             else:
-                if msg.type in self.service.motion_types and self.tripped:
+                motion = mtype in self.service.motion_types
+                if motion and self.tripped:
                     raise CommandRefused("safe_state", f"{self.name!r} is in its safe state (watchdog or stop); "
                                          "send reset to re-arm it before moving", "type")
-                arrays, extra = self.service.handle(msg)
-                meta.update(extra)
-                if msg.type in self.service.motion_types:
-                    self.active = True
-                elif msg.type == "reset":
-                    self.active, self.tripped = False, False
-            return Message("reply", self.name, arrays, meta)
+                if (motion or mtype in ("reset", "release")) and self.owner is not None and not is_owner:
+                    raise CommandRefused("not_owner", f"{self.name!r} is being commanded by another client; "
+                                         f"{mtype!r} is refused until that client sends release or stop, or its "
+                                         "watchdog trips (stop is obeyed from anyone)", "client")
+                if mtype == "release":
+                    if is_owner:
+                        self.service.safe_state()
+                        self.active, self.owner = False, None
+                    meta["released"] = is_owner
+                else:
+                    arrays, extra = self.service.handle(msg)
+                    meta.update(extra)
+                    if motion:
+                        self.active, self.owner, is_owner = True, sender, True
+                    elif mtype == "reset":
+                        self.active, self.tripped, self.owner = False, False, None
+                reply = Message("reply", self.name, arrays, meta)
+            if is_owner:  # only the owner's accepted messages feed the watchdog
+                self.last_contact_ns = now
+            return reply
         except (ProtocolError, CommandRefused) as e:
             self.stats["errors"] += 1
-            log.debug("%s: refused %s: %s", self.name, e.code, e.message)
+            log.debug("%s: refused %s (%s): %s", self.name, e.code, e.field, e.message)
             return error_message(self.name, req_id, e.code, e.message, e.field)
         except Exception as e:  # a driver failure: report it to the client, keep serving
             self.stats["errors"] += 1
             log.exception("%s: command failed", self.name)
             return error_message(self.name, req_id, "device_error", f"{type(e).__name__}: {e}")
 
+    def _owner_silent(self) -> bool:
+        return self.active and time.monotonic_ns() - self.last_contact_ns > self.command_timeout_ns
+
     def _check_watchdog(self) -> None:
-        if self.active and time.monotonic_ns() - self.last_contact_ns > self.command_timeout_ns:
-            log.warning("%s: no command or heartbeat for %.0f ms: safe state", self.name,
+        if self._owner_silent():
+            log.warning("%s: no command or heartbeat from its owner for %.0f ms: safe state", self.name,
                         self.command_timeout_ns / 1e6)
             try:
                 self.service.safe_state()
             finally:
-                self.active, self.tripped = False, True
+                self.active, self.tripped, self.owner = False, True, None
                 self.stats["watchdog_trips"] += 1
                 self.last_trip_ns = time.monotonic_ns()
 

@@ -57,7 +57,10 @@ _TYPES = [
     MessageType("capture", "Camera: capture a frame now and return it in the reply.", ("req_id", "deadline_ns")),
     MessageType("describe", "Return the device description, limits and stream layout.", ("req_id", "deadline_ns")),
     MessageType("ping", "Round-trip check; the reply echoes the request.", ("req_id", "deadline_ns")),
-    MessageType("heartbeat", "Keep-alive: resets the device watchdog (both directions).", ("req_id",)),
+    MessageType("heartbeat", "Keep-alive: feeds the device watchdog when it comes from the device's owner "
+                "(the reply says `active`, `tripped` and whether the sender is the `owner`).", ("req_id",)),
+    MessageType("release", "Owner: hand the device back now: it goes to its safe state without latching "
+                "(the next commanding client may take it without a reset).", ("req_id", "deadline_ns")),
     # replies (ROUTER -> DEALER)
     MessageType("reply", "Success: the command actually applied (after clipping) and `clipped` "
                 "(names of clipped fields).", ("req_id",)),
@@ -68,6 +71,25 @@ MESSAGE_TYPES: dict[str, MessageType] = {t.name: t for t in _TYPES}
 COMMAND_TYPES = frozenset(n for n, t in MESSAGE_TYPES.items() if "deadline_ns" in t.fields) | {"heartbeat"}
 STREAM_TYPES = frozenset({"state", "frame"})
 _COMMON = ("v", "type", "device", "seq", "t_mono_ns", "t_wall_ns", "arrays")
+_NONE = type(None)
+# Exact types of the common header fields. Exact: msgpack gives bool for true/false and Python's
+# bool is a subclass of int, so ``isinstance(True, int)`` would let ``v: true`` pass as version 1.
+_COMMON_TYPES: dict[str, tuple[type, ...]] = {"v": (int,), "type": (str,), "device": (str,), "seq": (int,),
+                                              "t_mono_ns": (int,), "t_wall_ns": (int,), "arrays": (list,)}
+HEADER_FIELD_TYPES: dict[str, tuple[type, ...]] = {
+    "req_id": (str, int, _NONE),  # DeviceClient sends "<pid>-<n>"; nil only in an error reply to an unreadable request
+    "deadline_ns": (int,),  # a time.monotonic_ns(); nil is refused (it would skip the deadline)
+    "client": (str,),  # the sender's client id (DeviceClient: random hex); see robot_io.server ownership
+    "index": (int,),
+    "code": (str,),
+    "message": (str,),
+    "field": (str, _NONE),
+    "seed": (int, _NONE),  # reset: nil = the simulator continues its generator
+    "task": (str, _NONE),
+}
+"""Exact types of the bridge's type-specific header fields, checked by ``decode`` wherever the field
+appears (an int field refuses true/false and 1.0; nil only where listed)."""
+MAX_ID_CHARS = 128  # longest req_id / client string accepted (they are echoed back)
 
 
 # ``np.dtype.name`` is computed in Python by numpy on every access (a few microseconds, several
@@ -145,43 +167,85 @@ def _buf(frame) -> memoryview:
     return frame.buffer if hasattr(frame, "buffer") else memoryview(frame)
 
 
+class _DuplicateKey(ValueError):
+    pass
+
+
+def _unique_map(pairs: list) -> dict:
+    """msgpack ``object_pairs_hook``: a map that names a key twice is refused (with a plain dict
+    the last one would silently win, e.g. ``deadline_ns: 1, deadline_ns: nil``)."""
+    d = dict(pairs)
+    if len(d) != len(pairs):
+        seen: set = set()
+        dup = next(k for k, _ in pairs if k in seen or seen.add(k))
+        raise _DuplicateKey(dup)
+    return d
+
+
+def _type_names(allowed: tuple[type, ...]) -> str:
+    return " or ".join("nil" if t is _NONE else {"str": "string", "int": "integer", "list": "list"}.get(
+        t.__name__, t.__name__) for t in allowed)
+
+
+def _check_type(header: dict, k: str, allowed: tuple[type, ...], mtype: str = "") -> None:
+    val = header[k]
+    if type(val) not in allowed:  # exact: a bool is not an int here
+        raise ProtocolError("bad_field", f"{mtype + ' ' if mtype else ''}header field {k!r} must be "
+                            f"{_type_names(allowed)}, got {type(val).__name__} {val!r:.60}", k)
+
+
 def decode(frames: Sequence, types: Mapping[str, MessageType] | None = None,
-           version: int = PROTOCOL_VERSION) -> Message:
-    """Frames -> Message, or ProtocolError naming the problem. Array frames are read zero-copy
+           version: int = PROTOCOL_VERSION, field_types: Mapping[str, tuple[type, ...]] | None = None) -> Message:
+    """Frames -> Message, or ProtocolError naming the problem (``field``: the header field or array
+    at fault; ``"header"`` when frame 0 is not a msgpack map). Array frames are read zero-copy
     (read-only views of the received buffers).
 
     ``types`` / ``version``: the schema and version to check against (default: the bridge's
     ``MESSAGE_TYPES`` and ``PROTOCOL_VERSION``). Other links that use this framing, such as the
-    RL actor-learner link (``vla.rl_remote``), pass their own."""
-    types = MESSAGE_TYPES if types is None else types
+    RL actor-learner link (``vla.rl_remote``), pass their own. ``field_types``: exact types of
+    type-specific header fields, checked where present (default: the bridge's
+    ``HEADER_FIELD_TYPES`` with the bridge's schema, none with another schema)."""
+    if types is None:
+        types = MESSAGE_TYPES
+        field_types = HEADER_FIELD_TYPES if field_types is None else field_types
     if not frames:
-        raise ProtocolError("truncated", "empty multipart message")
+        raise ProtocolError("truncated", "empty multipart message", "header")
     try:
-        header = msgpack.unpackb(_buf(frames[0]), raw=False, strict_map_key=True)
+        header = msgpack.unpackb(_buf(frames[0]), raw=False, strict_map_key=True, object_pairs_hook=_unique_map)
+    except _DuplicateKey as e:
+        raise ProtocolError("duplicate_field", f"header names field {e.args[0]!r} more than once",
+                            e.args[0] if isinstance(e.args[0], str) else "header") from None
     except Exception as e:  # msgpack raises several exception types for garbage
-        raise ProtocolError("bad_header", f"frame 0 is not a msgpack header ({type(e).__name__}: {e})") from None
+        raise ProtocolError("bad_header", f"frame 0 is not a msgpack header ({type(e).__name__}: {e})",
+                            "header") from None
     if not isinstance(header, dict):
-        raise ProtocolError("bad_header", f"header must be a map, got {type(header).__name__}")
+        raise ProtocolError("bad_header", f"header must be a map, got {type(header).__name__}", "header")
     v = header.get("v")
-    if v != version:
-        raise ProtocolError("bad_version", f"unsupported protocol version {v!r} (this end speaks "
-                            f"v{version})", "v")
+    if type(v) is not int or v != version:
+        raise ProtocolError("bad_version", f"unsupported protocol version {v!r:.40} (this end speaks "
+                            f"v{version} as an integer)", "v")
     for k in _COMMON:
         if k not in header:
             raise ProtocolError("bad_header", f"header is missing field {k!r}", k)
     mtype = header["type"]
-    spec = types.get(mtype) if isinstance(mtype, str) else None
+    spec = types.get(mtype) if type(mtype) is str else None
     if spec is None:
-        raise ProtocolError("unknown_type", f"unknown message type {mtype!r}; known: "
+        raise ProtocolError("unknown_type", f"unknown message type {mtype!r:.60}; known: "
                             f"{', '.join(sorted(types))}", "type")
     for k in spec.fields:
         if k not in header:
             raise ProtocolError("bad_header", f"{mtype!r} message is missing field {k!r}", k)
-    for k in ("seq", "t_mono_ns", "t_wall_ns"):
-        if not isinstance(header[k], int):
-            raise ProtocolError("bad_header", f"header field {k!r} must be an integer", k)
+    for k, allowed in _COMMON_TYPES.items():
+        _check_type(header, k, allowed)
+    if field_types:
+        for k, allowed in field_types.items():
+            if k in header:
+                _check_type(header, k, allowed, mtype)
+                if type(header[k]) is str and k in ("req_id", "client") and not 0 < len(header[k]) <= MAX_ID_CHARS:
+                    raise ProtocolError("bad_field", f"header field {k!r} must be 1..{MAX_ID_CHARS} characters, "
+                                        f"got {len(header[k])}", k)
     specs = header["arrays"]
-    if not isinstance(specs, list) or len(specs) > MAX_ARRAYS:
+    if len(specs) > MAX_ARRAYS:
         raise ProtocolError("bad_header", "header field 'arrays' must be a list of at most "
                             f"{MAX_ARRAYS} array specs", "arrays")
     if len(frames) != 1 + len(specs):
@@ -189,14 +253,17 @@ def decode(frames: Sequence, types: Mapping[str, MessageType] | None = None,
                             f"{len(frames) - 1} arrived", "arrays")
     arrays = {}
     for i, s in enumerate(specs):
-        if not (isinstance(s, dict) and isinstance(s.get("name"), str)):
-            raise ProtocolError("bad_header", f"array spec {i} must be a map with a string 'name'", "arrays")
+        if not (type(s) is dict and type(s.get("name")) is str and s["name"]):
+            raise ProtocolError("bad_header", f"array spec {i} must be a map with a non-empty string 'name'",
+                                "arrays")
         name, dtype, shape = s["name"], s.get("dtype"), s.get("shape")
-        if dtype not in WIRE_DTYPES:
-            raise ProtocolError("bad_dtype", f"array {name!r} has unsupported dtype {dtype!r}", name)
-        if (not isinstance(shape, list) or len(shape) > MAX_NDIM
-                or not all(isinstance(d, int) and d >= 0 for d in shape)):
-            raise ProtocolError("bad_shape", f"array {name!r} has an invalid shape {shape!r}", name)
+        if name in arrays:  # the last one would win: a NaN action followed by a valid one would pass
+            raise ProtocolError("duplicate_array", f"array {name!r} appears more than once", name)
+        if type(dtype) is not str or dtype not in WIRE_DTYPES:
+            raise ProtocolError("bad_dtype", f"array {name!r} has unsupported dtype {dtype!r:.40}", name)
+        if (type(shape) is not list or len(shape) > MAX_NDIM
+                or not all(type(d) is int and d >= 0 for d in shape)):
+            raise ProtocolError("bad_shape", f"array {name!r} has an invalid shape {shape!r:.60}", name)
         dt = np.dtype(dtype)
         buf = _buf(frames[1 + i])
         expected = dt.itemsize * math.prod(shape)  # exact (shape holds validated non-negative ints)
@@ -225,6 +292,29 @@ def check_array(msg: Message, name: str, dtype: str, shape: tuple[int, ...], fin
         bad = np.flatnonzero(~np.isfinite(a)).tolist()
         raise ProtocolError("non_finite", f"array {name!r} has non-finite values at flat index {bad}", name)
     return a
+
+
+def peek_req_id(frame) -> str | int | None:
+    """The ``req_id`` of a header that ``decode`` refused, read leniently so the error reply can
+    still carry it: frame 0 is read key by key as far as it is valid msgpack (a truncated or
+    partly garbled map still yields the pairs before the damage). None unless exactly one
+    well-typed ``req_id`` was found."""
+    try:
+        up = msgpack.Unpacker(raw=False, strict_map_key=False, max_buffer_size=1 << 20)
+        up.feed(_buf(frame))
+        n = up.read_map_header()
+    except Exception:  # not a map, or not msgpack at all
+        return None
+    found = []
+    try:
+        for _ in range(n):
+            k, val = up.unpack(), up.unpack()
+            if k == "req_id":
+                found.append(val)
+    except Exception:  # damaged from here on: keep what was read before
+        pass
+    ok = [r for r in found if (type(r) is str and 0 < len(r) <= MAX_ID_CHARS) or type(r) is int]
+    return ok[0] if len(found) == 1 and ok else None
 
 
 def error_message(device: str, req_id: Any, code: str, message: str, field: str | None = None) -> Message:

@@ -11,6 +11,9 @@ from robot_io.client import BridgeTimeout, CommandError, DeviceClient, StreamRea
 from robot_io.wire import PROTOCOL_VERSION, Message, decode, encode
 
 
+FAR = 2**62  # a deadline that never passes
+
+
 def _ee(action):
     return {"action": np.asarray(action, np.float32)}
 
@@ -48,19 +51,19 @@ def test_command_outside_limits_is_clipped_and_reply_says_so(kin_server, client_
 
 BAD = {
     "nan action": lambda: encode(Message("ee_delta", "arm", _ee([0, np.nan, 0, 0, 0, 0, 1]),
-                                         {"req_id": "b", "deadline_ns": None})),
+                                         {"req_id": "b", "deadline_ns": FAR})),
     "inf action": lambda: encode(Message("ee_delta", "arm", _ee([0, 0, np.inf, 0, 0, 0, 1]),
-                                         {"req_id": "b", "deadline_ns": None})),
+                                         {"req_id": "b", "deadline_ns": FAR})),
     "wrong dtype": lambda: encode(Message("ee_delta", "arm", {"action": np.zeros(7, np.float64) + 0.01},
-                                          {"req_id": "b", "deadline_ns": None})),
+                                          {"req_id": "b", "deadline_ns": FAR})),
     "wrong shape": lambda: encode(Message("ee_delta", "arm", {"action": np.full(6, 0.01, np.float32)},
-                                          {"req_id": "b", "deadline_ns": None})),
+                                          {"req_id": "b", "deadline_ns": FAR})),
     "unknown type": lambda: [msgpack.packb({"v": PROTOCOL_VERSION, "type": "teleport", "device": "arm", "seq": 1,
                                             "t_mono_ns": 1, "t_wall_ns": 1, "arrays": [], "req_id": "b"})],
     "unknown version": lambda: [msgpack.packb({"v": 7, "type": "ee_delta", "device": "arm", "seq": 1,
                                                "t_mono_ns": 1, "t_wall_ns": 1, "arrays": [], "req_id": "b"})],
     "truncated multipart": lambda: encode(Message("ee_delta", "arm", _ee([0.01] * 7),
-                                                  {"req_id": "b", "deadline_ns": None}))[:1],
+                                                  {"req_id": "b", "deadline_ns": FAR}))[:1],
     "random bytes": lambda: [os.urandom(64)],
     "stream type as command": lambda: encode(Message("state", "arm", {}, {})),
     "deadline passed": lambda: encode(Message("ee_delta", "arm", _ee([0.01] * 7), {"req_id": "b", "deadline_ns": 1})),
@@ -68,7 +71,7 @@ BAD = {
 EXPECTED = {"nan action": ("non_finite", "action"), "inf action": ("non_finite", "action"),
             "wrong dtype": ("bad_dtype", "action"), "wrong shape": ("bad_shape", "action"),
             "unknown type": ("unknown_type", "type"), "unknown version": ("bad_version", "v"),
-            "truncated multipart": ("truncated", "arrays"), "random bytes": ("bad_header", None),
+            "truncated multipart": ("truncated", "arrays"), "random bytes": ("bad_header", "header"),
             "stream type as command": ("unknown_type", "type"), "deadline passed": ("deadline_exceeded", "deadline_ns")}
 
 
@@ -120,7 +123,7 @@ def test_heartbeat_keeps_watchdog_quiet(kin_server, client_for):
     c.request("ee_delta", _ee([0.01, 0, 0, 0, 0, 0, 1]))
     time.sleep(0.6)
     assert srv.stats["watchdog_trips"] == 0
-    c.close()  # stops the heartbeat: now the watchdog must fire
+    c.stop_heartbeat()  # silent from now on (close() would release the arm): the watchdog must fire
     time.sleep(0.45)
     assert srv.stats["watchdog_trips"] == 1
 

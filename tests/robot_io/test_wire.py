@@ -38,7 +38,7 @@ def test_non_contiguous_and_big_endian_arrays_survive():
 
 def _hdr(**kw):
     h = {"v": PROTOCOL_VERSION, "type": "ping", "device": "arm", "seq": 1, "t_mono_ns": 1, "t_wall_ns": 1,
-         "arrays": [], "req_id": "x", "deadline_ns": None}
+         "arrays": [], "req_id": "x", "deadline_ns": 2**62}
     h.update(kw)
     return msgpack.packb(h)
 
