@@ -43,13 +43,13 @@ import torch.nn.functional as F
 from torch import nn
 
 from rewards.classifier_config import ClassifierConfig, ClassifierTrainConfig
+from vla.data.episode_log import EPISODE_LOG_PATH, read_outcomes
 from vla.models.encoders import EfficientNetTrunk, color_jitter, random_shift, resize_uint8
 
 log = logging.getLogger(__name__)
 
 KIND = "success_classifier"
 CONFIG_FILE, WEIGHTS_FILE = "config.json", "model.safetensors"
-SIDECAR = os.path.join("meta", "vla_episodes.jsonl")
 
 
 # -- the model ---------------------------------------------------------------------------------
@@ -256,27 +256,9 @@ class LabelledFrames:
 
 
 def read_episode_outcomes(root: str) -> dict[int, bool]:
-    """``episode_index -> success`` from a dataset's ``meta/vla_episodes.jsonl`` (written by
-    ``vla record``). A later line for the same episode wins; a torn last line (a crash while it
-    was written) is skipped."""
-    path = os.path.join(root, SIDECAR)
-    if not os.path.isfile(path):
-        raise FileNotFoundError(f"dataset {root}: no {SIDECAR}, so no episode outcomes (record with `vla record`, "
-                                "which writes it, or add one line per episode: "
-                                '{"episode_index": 0, "success": true})')
-    out: dict[int, bool] = {}
-    with open(path) as f:
-        for n, line in enumerate(f, 1):
-            if not line.strip():
-                continue
-            try:
-                rec = json.loads(line)
-            except json.JSONDecodeError:
-                log.warning("%s line %d is not JSON (a torn write?); skipped", path, n)
-                continue
-            if "episode_index" in rec and isinstance(rec.get("success"), bool):
-                out[int(rec["episode_index"])] = rec["success"]
-    return out
+    """``episode_index -> success`` from a dataset's episode log (written by ``vla record``),
+    read by ``vla.data.episode_log`` with its one rule for torn and repeated lines."""
+    return read_outcomes(root)
 
 
 def frame_labels(n: int, success: bool, last_k: int, margin: int) -> np.ndarray:
@@ -316,10 +298,10 @@ def label_frames(roots: list[str], image_size: int, cameras: list[str] | None = 
         groups.append(np.full(int(keep.sum()), len(names), np.int64))
         names.append(f"{ep.dataset}#{ep.episode_index}")
     if skipped:
-        log.warning("%d episode(s) have no outcome in %s and were skipped: %s", len(skipped), SIDECAR,
+        log.warning("%d episode(s) have no outcome in %s and were skipped: %s", len(skipped), EPISODE_LOG_PATH,
                     ", ".join(skipped[:10]))
     if not labels:
-        raise ValueError(f"no labelled frames in {list(roots)}: no episode has an outcome in {SIDECAR}")
+        raise ValueError(f"no labelled frames in {list(roots)}: no episode has an outcome in {EPISODE_LOG_PATH}")
     return LabelledFrames(images={c: np.concatenate(v) for c, v in imgs.items()}, labels=np.concatenate(labels),
                           groups=np.concatenate(groups), group_names=names)
 

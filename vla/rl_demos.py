@@ -37,19 +37,21 @@ def demo_transitions(sess, roots: list[str] | tuple[str, ...], instruction: str,
                      progress: bool = True) -> tuple[list[dict[str, Any]], dict[str, Any]]:
     """-> (transitions for ``sess.demo``, a report: datasets, episodes, successes, transitions,
     skipped_other_instruction). ``sess`` is the ``vla.rl.Session`` (its VLA, agent, ``observe``)."""
-    from rewards.success_classifier import read_episode_outcomes
     from vla.data.demos import load_demos
+    from vla.data.episode_log import EPISODE_LOG_PATH, read_outcomes
 
     vla, agent = sess.vla, sess.agent
     n = agent.exec_steps
     vcfg = getattr(vla, "cfg", None)
     cameras = list(dict.fromkeys([*getattr(vcfg, "cameras", ()), *agent.cameras])) or None
     image_size = int(getattr(vcfg, "image_size", 0) or agent.cfg.image_size)
+    if getattr(vcfg, "crops", ()):  # the VLA crops before it resizes: give it the recorded frames
+        image_size = None
     outcomes: dict[str, dict[int, bool]] = {}
     for root in roots:
         root = os.path.abspath(root)
         try:
-            outcomes[root] = read_episode_outcomes(root)
+            outcomes[root] = read_outcomes(root)
         except FileNotFoundError as e:
             raise ValueError(f"--demos {root}: {e}") from None
     episodes = load_demos([os.path.abspath(r) for r in roots], image_size, cameras=cameras, progress=progress)
@@ -62,7 +64,7 @@ def demo_transitions(sess, roots: list[str] | tuple[str, ...], instruction: str,
             report["skipped_other_instruction"] += 1
             continue
         if ep.episode_index not in outcomes[ep.dataset]:
-            raise ValueError(f"--demos {ep.dataset}: meta/vla_episodes.jsonl has no outcome for episode "
+            raise ValueError(f"--demos {ep.dataset}: {EPISODE_LOG_PATH} has no outcome for episode "
                              f"{ep.episode_index}; the reward of a demo comes from it")
         success = outcomes[ep.dataset][ep.episode_index]
         t = len(ep)

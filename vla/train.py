@@ -59,7 +59,7 @@ def build_data(cfg: TrainConfig, text_encoder) -> tuple[TrainData, dict[str, np.
     from vla.data.demos import action_chunks, load_demos
 
     eps = load_demos(list(cfg.datasets), cfg.image_size, list(cfg.cameras) if cfg.cameras else None,
-                     success_only=cfg.success_only)
+                     success_only=cfg.success_only, crops={c[0]: tuple(c[1:]) for c in cfg.crops})
     if not eps:
         raise ValueError(f"the datasets {list(cfg.datasets)} hold no "
                          f"{'successful ' if cfg.success_only else ''}episodes")
@@ -124,19 +124,18 @@ def cache_features(model, data: TrainData, cfg: TrainConfig, path: str) -> dict[
 
 
 def _sim_tasks(datasets) -> list[str]:
-    """Sim task names recorded in the datasets' ``meta/vla_episodes.jsonl`` (empty for real data)."""
+    """Sim task names recorded in the datasets' episode logs (empty for real data)."""
+    from vla.data.episode_log import read_episode_log
+
     names: dict[str, None] = {}
     for d in datasets:
-        p = os.path.join(d, "meta", "vla_episodes.jsonl")
-        if os.path.isfile(p):
-            with open(p) as f:
-                for line in f:
-                    try:
-                        t = json.loads(line).get("task")
-                    except json.JSONDecodeError:
-                        continue
-                    if t:
-                        names[t] = None
+        try:
+            rows = read_episode_log(d)
+        except FileNotFoundError:
+            continue
+        for _, row in sorted(rows.items()):
+            if row.get("task"):
+                names[row["task"]] = None
     return list(names)
 
 
@@ -258,7 +257,7 @@ def train(cfg: TrainConfig, resume: bool = False, progress: bool = True) -> dict
     data, stats, cams = build_data(cfg, text)
     mcfg = CompactVLAConfig(cameras=tuple(cams), image_size=cfg.image_size, horizon=cfg.horizon,
                             state_dim=data.state.shape[1], action_dim=data.chunks.shape[2], num_tokens=cfg.num_tokens,
-                            neck=cfg.neck)
+                            neck=cfg.neck, crops=cfg.crops)
     model = CompactVLA(mcfg)
     model.set_normalization(**stats, **CompactVLA.text_stats(data.text_emb))
     model.set_mode(cfg.mode, lora_rank=cfg.lora_rank, lora_alpha=cfg.lora_alpha, lora_targets=cfg.lora_targets)

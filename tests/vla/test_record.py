@@ -51,3 +51,12 @@ def test_dataset_check_and_replay_reproduce_the_demo(recorded, capsys):
 def test_record_refuses_unknown_task_with_suggestion(tmp_path, capsys):
     assert main(["record", "--task", "pick_red_cub", "--teleop", "scripted", "--root", str(tmp_path / "x")]) == 2
     assert "did you mean 'pick_red_cube'" in capsys.readouterr().err
+
+
+def test_list_tasks_needs_no_root(capsys):
+    """`vla record --list-tasks` as the README shows it (issue 12); without --list-tasks, a
+    missing --root is one clear line."""
+    assert main(["record", "--list-tasks"]) == 0
+    assert "pick_red_cube" in capsys.readouterr().out
+    assert main(["record", "--task", "pick_red_cube", "--teleop", "scripted"]) == 2
+    assert "--root is required" in capsys.readouterr().err

@@ -20,16 +20,20 @@ examples:
     dsub = p.add_subparsers(dest="dataset_command", metavar="ACTION", required=True)
     c = dsub.add_parser("check", help="validate a dataset; exit code 1 if anything is wrong", description=(
         "Validate a LeRobot v3 dataset: info.json parses, every parquet file has its footer, episode "
-        "metadata matches the data, every video decodes with the frames its episodes need, and lerobot "
-        "opens it. Prints each problem with the file it is in; exit code 1 if there is any."))
+        "metadata matches the data, every video decodes with the frames its episodes need, every episode "
+        "has exactly one outcome row in the episode log (meta/vla_episodes.jsonl, when the dataset keeps "
+        "one), and lerobot opens it. Prints each problem with the file it is in; exit code 1 if there is any."))
     c.add_argument("--root", required=True, help="dataset folder")
     c.set_defaults(run=run_check)
     r = dsub.add_parser("repair", help="restore a dataset left by a crash to its last finished episode", description=(
         "Restore a dataset left by a crash (a killed recorder, a power cut) to its last finished "
         "episode: partial files, temp files and the half-written episode are moved to "
         "<root>/.repair_trash/<time>/ (nothing is deleted), metadata totals are rebuilt, and the "
-        "result is checked. Finished episodes are never touched. Run with --dry-run first to see "
-        "what it would do."))
+        "result is checked. The episode log (meta/vla_episodes.jsonl) is brought back to one outcome "
+        "row per episode: a row the recorder could not append before the kill is restored from its "
+        "pending copy; the last episode(s) are dropped only when they have no row and none can be "
+        "restored. Other finished episodes are never touched. A folder left by a creation killed "
+        "before the dataset existed is reset. Run with --dry-run first to see what it would do."))
     r.add_argument("--root", required=True, help="dataset folder")
     r.add_argument("--dry-run", action="store_true", help="only print what would be done")
     r.set_defaults(run=run_repair)

@@ -8,16 +8,16 @@ its limits), the intervention flag and the real capture time. Operator events en
 is durable when it is saved (``vla.data.EpisodeWriter``); Ctrl-C or a kill loses at most the
 episode in progress, and ``vla dataset repair`` restores a dataset left by a crash.
 
-Beside lerobot's files, ``meta/vla_episodes.jsonl`` records per episode: task, seed,
-instruction, success, attempts, and the achieved control rate -- what ``vla replay`` needs to
-re-create the scene.
+Beside lerobot's files, the episode log (``meta/vla_episodes.jsonl``, ``vla.data.episode_log``)
+records per episode: task, seed, instruction, success, frames, and the achieved control rate --
+what ``vla replay`` needs to re-create the scene and ``vla train --success-only`` to filter. The
+writer commits each row with its episode, so every saved episode has exactly one.
 """
 
 from __future__ import annotations
 
 import argparse
 import datetime as dt
-import json
 import logging
 import os
 import signal
@@ -52,12 +52,17 @@ z re-record, Esc stop. Recording into an existing dataset appends to it.
     p.add_argument("--expert-quality", type=float, default=1.0,
                    help="scripted expert quality in [0, 1]: 1 = best, lower adds noise, hesitation and mistakes")
     p.add_argument("--episodes", type=int, default=10, help="episodes to keep (default 10)")
-    p.add_argument("--root", required=True, help="dataset folder (created, or appended to if it exists)")
+    p.add_argument("--root", default=None, help="dataset folder (created, or appended to if it exists); "
+                   "required unless --list-tasks")
     p.add_argument("--repo-id", default=None, help="dataset repo id (default local/<folder name>)")
     p.add_argument("--fps", type=float, default=10.0, help="control and recording rate, Hz (default 10)")
     p.add_argument("--max-steps", type=int, default=None, help="ticks per episode before it counts as a "
                    "failure (default: the task's limit, else 300)")
     p.add_argument("--seed", type=int, default=0, help="first scene seed; episode k uses seed+k")
+    p.add_argument("--dart", type=float, default=0.0, metavar="SIGMA",
+                   help="DART noise injection for --teleop scripted: execute the expert's action plus Gaussian "
+                   "noise of SIGMA m per tick on the translation, store the expert's clean action (recovery data "
+                   "for behaviour cloning; default 0 = off)")
     p.add_argument("--keep-failures", action="store_true", help="save failed episodes too (default: re-record them)")
     p.add_argument("--max-attempts", type=int, default=None, help="give up after this many attempts (default 3x episodes)")
     p.add_argument("--no-video", action="store_true", help="store PNG images instead of encoded video")
@@ -100,6 +105,8 @@ class _StopRequested:
 def run(args) -> int:
     if args.list_tasks:
         return _list_tasks()
+    if not args.root:
+        raise ValueError("--root is required: the dataset folder to create or append to")
     import numpy as np
     from tqdm import tqdm
 
@@ -121,6 +128,9 @@ def run(args) -> int:
     instruction = args.instruction or (task.instruction if task else None)
     if not instruction:
         raise ValueError("give --instruction (or --task for a sim task): every episode needs its instruction")
+    if args.dart < 0 or (args.dart > 0 and args.teleop != "scripted"):
+        raise ValueError(f"--dart must be >= 0 and needs --teleop scripted (a closed-loop expert labels the "
+                         f"perturbed states), got --dart {args.dart} with --teleop {args.teleop}")
     if args.teleop == "scripted" and task is None:
         raise ValueError("--teleop scripted needs --task: the scripted expert is written per sim task")
     max_steps = args.max_steps or (task.max_steps if task else 300)
@@ -147,9 +157,9 @@ def run(args) -> int:
         cams = {c: img.shape[:2] for c, img in obs0["images"].items()}
         features = make_features(cams, state_dim=obs0["state"].shape[0], action_dim=7, video=not args.no_video)
         writer = EpisodeWriter(args.root, repo_id, fps=int(round(args.fps)), features=features,
-                               robot_type=client.description.get("driver", site.name), video=not args.no_video)
+                               robot_type=client.description.get("driver", site.name), video=not args.no_video,
+                               episode_log=True)
         names = list(client.description.get("objects", []))
-        sidecar = os.path.join(args.root, "meta", "vla_episodes.jsonl")
         max_attempts = args.max_attempts or 3 * args.episodes
         kept = successes = attempts = 0
         bar = tqdm(total=args.episodes, desc="episodes", unit="ep")
@@ -163,7 +173,8 @@ def run(args) -> int:
                         return {**{k: np.asarray(v) for k, v in client.last_state.arrays.items()}, "object_names": names}
                 res = record_episode(env, teleop, writer, instruction, max_steps, seed=seed,
                                      task=task.name if task else None, privileged_fn=privileged_fn,
-                                     end_on_success=args.teleop != "scripted", should_stop=lambda: stop.flag)
+                                     end_on_success=args.teleop != "scripted", should_stop=lambda: stop.flag,
+                                     dart_sigma=args.dart)
                 outcome, n = res.outcome, res.frames
                 if outcome == "watchdog":
                     tqdm.write(f"WARNING: attempt {attempts}: the bridge watchdog stopped the robot (this recorder "
@@ -174,22 +185,19 @@ def run(args) -> int:
                     if outcome == "stop":
                         break
                     continue
-                idx = writer.save_episode()
-                kept += 1
-                successes += outcome == "success"
                 loop = res.loop
                 rate = loop.get("achieved_hz")
+                idx = writer.save_episode(outcome_row={
+                    "task": task.name if task else None, "seed": seed, "instruction": instruction,
+                    "success": outcome == "success", "frames": n, "teleop": args.teleop,
+                    "expert_quality": args.expert_quality if args.teleop == "scripted" else None,
+                    "dart_sigma": args.dart if args.dart > 0 else None,
+                    "achieved_hz": rate, "recorded_at": time.time()})
+                kept += 1
+                successes += outcome == "success"
                 if rate is not None and rate < 0.95 * args.fps and not client.sync:
                     tqdm.write(f"WARNING: episode {idx} ran at {rate:.2f} Hz, below the target {args.fps:g} Hz "
                                f"(lateness p99 {loop['late_ms_p99']:.1f} ms); capture times record the real timing")
-                with open(sidecar, "a") as f:
-                    f.write(json.dumps({"episode_index": idx, "task": task.name if task else None, "seed": seed,
-                                        "instruction": instruction, "success": outcome == "success", "frames": n,
-                                        "teleop": args.teleop, "expert_quality": args.expert_quality
-                                        if args.teleop == "scripted" else None,
-                                        "achieved_hz": rate, "recorded_at": time.time()}) + "\n")
-                    f.flush()
-                    os.fsync(f.fileno())
                 bar.update(1)
                 bar.set_postfix(success=f"{successes}/{kept}", frames=n)
         finally:

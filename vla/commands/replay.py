@@ -3,16 +3,15 @@
 from __future__ import annotations
 
 import argparse
-import json
 import os
 
 
 def add_parser(sub, name: str, help_: str) -> None:
     p = sub.add_parser(name, help=help_, formatter_class=argparse.RawDescriptionHelpFormatter, description=(
         "Replay the applied actions of a recorded episode through the bridge at the dataset's rate. In "
-        "simulation the scene is re-created from the episode's task and seed (meta/vla_episodes.jsonl), so "
-        "the replay should reproduce the demonstration; the end-effector divergence from the recorded "
-        "states is reported."), epilog="example:\n  vla replay --robot sim-franka --root data/pick --episode 0\n")
+        "simulation the scene is re-created from the episode's task and seed (its row of the episode log, "
+        "meta/vla_episodes.jsonl), so the replay should reproduce the demonstration; the end-effector "
+        "divergence from the recorded states is reported."), epilog="example:\n  vla replay --robot sim-franka --root data/pick --episode 0\n")
     p.add_argument("--robot", default="sim-franka", help="site YAML or preset (default sim-franka)")
     p.add_argument("--root", required=True, help="dataset folder")
     p.add_argument("--repo-id", default=None, help="repo id (default local/<folder name>)")
@@ -23,15 +22,13 @@ def add_parser(sub, name: str, help_: str) -> None:
 
 
 def episode_record(root: str, episode: int) -> dict:
-    path = os.path.join(root, "meta", "vla_episodes.jsonl")
-    if os.path.exists(path):
-        with open(path) as f:
-            for line in f:
-                if line.strip():
-                    rec = json.loads(line)
-                    if rec.get("episode_index") == episode:
-                        return rec
-    return {}
+    """The episode's row of the dataset's episode log, or {} (a dataset recorded elsewhere)."""
+    from vla.data.episode_log import read_episode_log
+
+    try:
+        return read_episode_log(root).get(episode, {})
+    except FileNotFoundError:
+        return {}
 
 
 def run(args) -> int:

@@ -48,20 +48,25 @@ def dataset_cameras(root: str) -> list[str]:
                   if k.startswith("observation.images.") and v.get("dtype") in ("video", "image"))
 
 
-def load_demos(roots: list[str], image_size: int, cameras: list[str] | None = None,
-               progress: bool = True, success_only: bool = False) -> list[DemoEpisode]:
+def load_demos(roots: list[str], image_size: int | None, cameras: list[str] | None = None,
+               progress: bool = True, success_only: bool = False,
+               crops: dict[str, tuple[float, float, float, float]] | None = None) -> list[DemoEpisode]:
     """All episodes of ``roots`` (LeRobot v3 dataset directories) with images resized to
     ``image_size``. ``cameras`` defaults to the cameras of the first dataset.
 
     ``success_only`` keeps only the episodes that ``meta/vla_episodes.jsonl`` (written by
     ``vla record``) marks successful, i.e. filtered behaviour cloning on data recorded with
-    ``--keep-failures``; a dataset without that file is refused."""
+    ``--keep-failures``; a dataset without that file is refused. ``image_size`` None keeps the
+    recorded resolution (the model then crops and resizes, as at inference). ``crops``: camera -> region
+    ``(x0, y0, x1, y1)`` (fractions) cut out before the resize, as the model does at inference."""
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     from lerobot.datasets.lerobot_dataset import LeRobotDataset
     from lerobot.datasets.video_utils import decode_video_frames
     from tqdm import tqdm
 
-    from vla.models.encoders import resize_uint8
+    from vla.models.encoders import crop_uint8, resize_uint8
+
+    crops = crops or {}
 
     if not roots:
         raise ValueError("no dataset given (--dataset)")
@@ -98,13 +103,14 @@ def load_demos(roots: list[str], image_size: int, cameras: list[str] | None = No
         tasks = {int(i): t for t, i in zip(ds.meta.tasks.index, ds.meta.tasks["task_index"])}
         keep = None
         if success_only:
-            from rewards.success_classifier import read_episode_outcomes
+            from vla.data.episode_log import EPISODE_LOG_PATH, read_outcomes
 
-            outcomes = read_episode_outcomes(root)
+            outcomes = read_outcomes(root)
             unknown = [ep for ep in range(ds.meta.total_episodes) if ep not in outcomes]
             if unknown:
                 raise ValueError(f"dataset {root}: success_only needs every episode's outcome, but "
-                                 f"meta/vla_episodes.jsonl has none for episode(s) {unknown[:10]}")
+                                 f"{EPISODE_LOG_PATH} has none for episode(s) {unknown[:10]} "
+                                 f"(`vla dataset check --root {root}` says why)")
             keep = {ep for ep, ok in outcomes.items() if ok}
         tol = max(float(ds.tolerance_s), 0.5 / ds.meta.fps)
         bar = tqdm(range(ds.meta.total_episodes), desc=f"load {os.path.basename(root)}", unit="ep",
@@ -125,14 +131,21 @@ def load_demos(roots: list[str], image_size: int, cameras: list[str] | None = No
                         frames = frames.permute(0, 2, 3, 1)
                     if frames.dtype != torch.uint8:
                         frames = (frames.float() * (255 if frames.max() <= 1 else 1)).round().clamp(0, 255).to(torch.uint8)
-                    images[cam] = resize_uint8(frames.contiguous(), image_size).numpy()
+                    frames = frames.contiguous()
+                    if cam in crops:
+                        frames = crop_uint8(frames, crops[cam])
+                    images[cam] = (resize_uint8(frames, image_size) if image_size else frames).numpy()
                     continue
                 path = os.path.join(root, str(ds.meta.get_video_file_path(ep, key)))
                 ts = (float(meta[f"videos/{key}/from_timestamp"]) + ts_all[rows]).tolist()
                 frames = decode_video_frames(path, ts, tol, return_uint8=True)  # [T, 3, H, W]
                 if frames.dtype != torch.uint8:
                     frames = (frames * 255).round().clamp(0, 255).to(torch.uint8)
-                frames = resize_uint8(frames.permute(0, 2, 3, 1).contiguous(), image_size)
+                frames = frames.permute(0, 2, 3, 1).contiguous()
+                if cam in crops:
+                    frames = crop_uint8(frames, crops[cam])
+                if image_size:
+                    frames = resize_uint8(frames, image_size)
                 images[cam] = frames.numpy()
             episodes.append(DemoEpisode(dataset=root, episode_index=int(ep),
                                         instruction=tasks[int(task_all[rows[0]])],

@@ -9,7 +9,18 @@ committed once its ``meta/episodes`` row exists and every file it references is 
 ``vla.data.writer``): it moves temp files, footer-less parquet files, files no committed
 episode references and the trailing half-written episode into ``root/.repair_trash/<time>/``
 (nothing is deleted), then rebuilds ``info.json`` totals and ``stats.json`` from what remains.
-It never removes a committed episode: damage in the middle of a dataset is reported, not fixed.
+It never removes a committed episode in the middle of a dataset: such damage is reported.
+
+When the dataset keeps an episode log (``vla.data.episode_log``), both also keep its invariant:
+every committed episode has exactly one outcome row. ``check`` reports a missing, repeated or
+torn row and rows of episodes that are not in the dataset; ``repair`` restores a committed
+episode's row from the pending row the writer left, drops the last episode(s) when they have no
+row to restore (an older recorder), removes rows of episodes that are not in the dataset and
+torn or repeated lines, and reports (does not guess) a missing row in the middle.
+
+A root left by a creation that was killed before ``meta/info.json`` existed (no episode, only
+temp files and a staging folder) is reset: its leftovers go to the trash, and recording into it
+creates the dataset.
 """
 
 from __future__ import annotations
@@ -22,7 +33,9 @@ from pathlib import Path
 
 import numpy as np
 
-from vla.data.writer import BACKUP_INFO_PATH, LOCK_PATH, TEMP_SUFFIX, DatasetLock, atomic_write_bytes, atomic_write_json
+from vla.data.atomic import TEMP_SUFFIX, atomic_write_bytes, atomic_write_json
+from vla.data.episode_log import EPISODE_LOG_PATH, PENDING_PATH, LogScan, has_episode_log, scan_episode_log, write_log
+from vla.data.writer import BACKUP_INFO_PATH, CREATE_DIR_PREFIX, LOCK_PATH, DatasetLock
 
 TRASH_DIR = ".repair_trash"
 INFO_PATH = "meta/info.json"
@@ -112,7 +125,28 @@ def _leftovers(root: Path) -> list[Path]:
     found += [p for p in root.glob("tmp*") if p.is_dir()]  # lerobot's tempfile.mkdtemp(dir=root)
     if any(p.is_file() for p in (root / "images").rglob("*")):  # PNG staging of an unfinished episode
         found.append(root / "images")
+    found += [p for p in root.glob(CREATE_DIR_PREFIX + "*")]  # staging of a creation that was killed
     return sorted(found)
+
+
+def unfinished_creation(root: str | Path) -> list[Path] | None:
+    """The leftovers of a dataset creation that was killed before ``meta/info.json`` existed, or
+    None when ``root`` holds anything else (a dataset, or files that are not ours).
+
+    Such a root has no ``meta/info.json`` and no backup of it, and every file in it is a temp
+    file of an unfinished write, a creation's staging folder, the lock or repair's trash. The
+    returned paths (possibly none) are what repair moves to the trash to reset it."""
+    root = Path(root)
+    if (root / INFO_PATH).exists() or (root / BACKUP_INFO_PATH).exists() or not root.is_dir():
+        return None
+    leftovers = _leftovers(root)
+    leftovers += [p for p in (root / ".recovery").glob("*") if p.is_file() and p != root / LOCK_PATH and p not in leftovers]
+    for path in root.rglob("*"):
+        if path.is_dir() or path == root / LOCK_PATH or path.relative_to(root).parts[0] == TRASH_DIR:
+            continue
+        if not any(path == p or p in path.parents for p in leftovers):
+            return None
+    return sorted(leftovers)
 
 
 def _dataset_files(root: Path) -> list[Path]:
@@ -268,6 +302,8 @@ def check_dataset(root: str | Path, decode_videos: bool = True, load_with_lerobo
         if path not in referenced:
             problems.append(f"{path}: not referenced by any episode (orphan)")
     problems += _task_problems(root, info, scan, episodes)
+    if has_episode_log(root):
+        problems += scan_episode_log(root).problems(root, len(episodes))
 
     if load_with_lerobot and not problems and episodes:
         problems += _load_with_lerobot(root, scan, episodes, frames)
@@ -348,7 +384,7 @@ def repair_locked_dataset(root: Path, dry_run: bool = False) -> Report:
     problems: list[str] = []
     trash = _Trash(root, dry_run, actions)
 
-    # 1. info.json, or its backup
+    # 1. info.json, or its backup, or the leftovers of a creation killed before info.json existed
     try:
         info = load_info_dict(root)
     except ValueError as e:
@@ -356,7 +392,14 @@ def repair_locked_dataset(root: Path, dry_run: bool = False) -> Report:
         try:
             info = json.loads(backup.read_text(encoding="utf-8"))
         except (OSError, ValueError):
-            return Report(ok=False, episodes=0, frames=0, problems=[f"{e}; no readable backup at {backup}"], actions=actions)
+            leftovers = unfinished_creation(root)
+            if leftovers is None:
+                return Report(ok=False, episodes=0, frames=0, problems=[f"{e}; no readable backup at {backup}"], actions=actions)
+            for path in leftovers:
+                trash.move(path, "left by a dataset creation that was killed before meta/info.json was written")
+            actions.append(f"reset {root}: an unfinished dataset creation (no episode was ever committed); "
+                           "recording into it creates the dataset")
+            return Report(ok=True, episodes=0, frames=0, problems=problems, actions=actions)
         if (root / INFO_PATH).exists():
             trash.move(root / INFO_PATH, "unreadable JSON")
         actions.append(f"restore {INFO_PATH} from {BACKUP_INFO_PATH} (totals rebuilt below)")
@@ -383,6 +426,28 @@ def repair_locked_dataset(root: Path, dry_run: bool = False) -> Report:
         return Report(ok=False, episodes=k, frames=0, problems=problems, actions=actions)
     for ep in later:
         actions.append(f"drop unfinished episode {ep}: " + "; ".join(scan.episode_problems[ep]))
+
+    # 3b. the episode log: every committed episode keeps exactly one row (vla.data.episode_log)
+    log_scan = scan_episode_log(root) if has_episode_log(root) else None
+    if log_scan is not None:
+        rows = {ep: row for ep, row in log_scan.rows.items() if ep < k}
+        pending = log_scan.pending
+        restored = pending is not None and pending["episode_index"] < k and pending["episode_index"] not in rows
+        if restored:
+            rows[pending["episode_index"]] = pending
+        missing = [ep for ep in range(k) if ep not in rows]
+        if missing and missing != list(range(missing[0], k)):
+            problems.append(
+                f"{root / EPISODE_LOG_PATH}: no outcome row for episode(s) {missing}, which later episodes follow; "
+                "repair cannot renumber episodes: add a row per missing episode by hand "
+                '(e.g. {"episode_index": N, "success": false}) if you know its outcome')
+            return Report(ok=False, episodes=k, frames=0, problems=problems, actions=actions)
+        for ep in missing:  # the last episodes, committed by a recorder that never wrote their rows
+            actions.append(f"drop episode {ep}: committed without its outcome row in {EPISODE_LOG_PATH} "
+                           f"and no pending row to rebuild it from")
+        if missing:
+            k = missing[0]
+            later = sorted(set(later) | set(missing))
     kept = list(range(k))
 
     # 4. files: rewrite files shared with dropped episodes, trash the ones nobody references
@@ -437,7 +502,42 @@ def repair_locked_dataset(root: Path, dry_run: bool = False) -> Report:
                 atomic_write_json(_aggregate_episode_stats(root, scan, kept), root / STATS_PATH)
         elif (root / STATS_PATH).exists():
             trash.move(root / STATS_PATH, "no episode left")
+
+    # 7. the episode log, last: a kill before this point leaves rows that the next repair removes
+    if log_scan is not None:
+        _repair_episode_log(root, log_scan, k, restored, trash, dry_run)
     return Report(ok=not problems, episodes=k, frames=frames, problems=problems, actions=actions)
+
+
+def _repair_episode_log(root: Path, log_scan: LogScan, k: int, restored: bool, trash: _Trash, dry_run: bool) -> None:
+    """Rewrite the log with exactly one row per kept episode (0..k-1); remove the pending row."""
+    log_file = root / EPISODE_LOG_PATH
+    rows = {ep: row for ep, row in log_scan.rows.items() if ep < k}
+    changes = []
+    if restored:
+        rows[log_scan.pending["episode_index"]] = log_scan.pending
+        changes.append(f"restore the row of episode {log_scan.pending['episode_index']} from {PENDING_PATH} "
+                       "(the recorder was killed after the episode was committed)")
+    if log_scan.torn:
+        changes.append(f"remove torn line(s) {log_scan.torn}")
+    for ep, n in sorted(log_scan.repeated.items()):
+        if ep < k:
+            changes.append(f"keep the last of the {n} rows of episode {ep}")
+    gone = sorted(ep for ep in log_scan.rows if ep >= k)
+    if gone:
+        changes.append(f"remove the rows of episode(s) {gone}, which are not in the dataset")
+    if changes or not log_file.exists():
+        trash.actions.append(f"rewrite {EPISODE_LOG_PATH}: " + "; ".join(changes or ["create it"]))
+        if not dry_run:
+            trash.copy(log_file)
+            write_log(root, [rows[ep] for ep in sorted(rows)])
+    if (root / PENDING_PATH).exists():
+        pending = log_scan.pending
+        trash.move(root / PENDING_PATH, "the outcome row of an unfinished save" + (
+            " (unreadable)" if pending is None else
+            " (restored into the log)" if restored else
+            " (its episode has its row)" if pending["episode_index"] < k else
+            " (its episode was never committed)"))
 
 
 def _rewrite_parquet_rows(path: Path, kept: list[int], trash: _Trash, dry_run: bool) -> None:

@@ -7,7 +7,8 @@ episodes into one parquet / mp4 file, buffers 10 episodes of metadata in memory 
 leaves parquet files without footers, half-written JSON and a dataset lerobot can't open.
 
 What ``EpisodeWriter`` does about it, without reimplementing the v3 format (every byte is
-still written by lerobot's ``LeRobotDataset.create/resume``, ``add_frame`` and ``save_episode``):
+still written by lerobot's ``LeRobotDatasetMetadata.create``, ``LeRobotDataset.resume``,
+``add_frame`` and ``save_episode``):
 
 1. **One episode per file, written once.** The chunk settings ``data_files_size_in_mb`` and
    ``video_files_size_in_mb`` are set to ~1 byte (:data:`ONE_EPISODE_PER_FILE_MB`), so
@@ -34,7 +35,13 @@ still written by lerobot's ``LeRobotDataset.create/resume``, ``add_frame`` and `
    :func:`vla.data.integrity.repair_dataset` moves to ``.repair_trash/``; a kill after it
    leaves a complete episode whose ``info.json`` totals ``repair_dataset`` rebuilds. Resuming
    (``resume="auto"``) runs ``repair_dataset`` first. Files are fsynced at the end of
-   ``save_episode``, so a returned episode also survives a power cut.
+   ``save_episode``, so a returned episode also survives a power cut. With an episode log
+   (``episode_log=True``) the episode's outcome row is written to a pending file before the
+   commit and appended to the log after it (``vla.data.episode_log``), so repair can always
+   give a committed episode its row.
+5. **Atomic creation.** A new dataset's ``info.json`` is written by lerobot into a staging
+   folder under ``.recovery/`` and renamed into ``meta/``; a kill before the rename leaves only
+   leftovers that ``repair_dataset`` (and a new ``EpisodeWriter``) recognise and reset.
 
 Video. Frames are streamed to per-camera encoder threads while they are added (lerobot's
 ``streaming_encoding``: no PNG round-trip, ``save_episode`` only flushes the encoder), with the
@@ -48,7 +55,6 @@ from __future__ import annotations
 
 import contextlib
 import gc
-import json
 import logging
 import os
 import shutil
@@ -58,6 +64,16 @@ from pathlib import Path
 from typing import Any, Literal
 
 import numpy as np
+
+from vla.data.atomic import atomic_write_bytes, atomic_write_json, fsync_path, temp_path_for
+from vla.data.episode_log import (
+    EPISODE_LOG_PATH,
+    append_row,
+    clear_pending,
+    has_episode_log,
+    write_log,
+    write_pending,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -73,7 +89,10 @@ BACKUP_INFO_PATH = ".recovery/info.json"
 """Copy of the last committed ``meta/info.json``, used by ``repair_dataset`` when info.json is
 unreadable. Lives outside ``meta/`` so lerobot never reads it."""
 
-TEMP_SUFFIX = ".tmp"
+CREATE_DIR_PREFIX = ".recovery/create-"
+"""A new dataset's ``info.json`` is written by lerobot into ``<root>/.recovery/create-<pid>/`` and
+renamed into ``meta/`` (the moment the dataset exists); a kill before that leaves only files
+``repair_dataset`` recognises as an unfinished creation."""
 
 _LEROBOT_DEFAULT_KEYS = ("timestamp", "frame_index", "episode_index", "index", "task_index")
 
@@ -132,47 +151,8 @@ def make_features(
 
 
 # ------------------------------------------------------------------------------------------
-# Atomic file helpers (also used by vla.data.integrity)
+# The dataset lock
 # ------------------------------------------------------------------------------------------
-
-
-def temp_path_for(path: Path) -> Path:
-    """Hidden temp name next to ``path``; never matches lerobot's ``*.parquet`` / ``*.mp4`` globs."""
-    return path.with_name(f".{path.name}.{os.getpid()}{TEMP_SUFFIX}")
-
-
-def fsync_path(path: Path) -> None:
-    """fsync a file or directory (best effort on filesystems that refuse directory fsync)."""
-    flags = os.O_RDONLY | (os.O_DIRECTORY if path.is_dir() else 0)
-    try:
-        fd = os.open(path, flags)
-    except OSError as e:
-        logger.debug("cannot open %s to fsync it: %s", path, e)
-        return
-    try:
-        os.fsync(fd)
-    except OSError as e:  # some filesystems refuse fsync on a directory; the data files were synced
-        logger.debug("fsync of %s refused: %s", path, e)
-    finally:
-        os.close(fd)
-
-
-def atomic_write_bytes(path: Path, data: bytes) -> None:
-    """Write ``data`` to a temp file, fsync it, then rename it over ``path``."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = temp_path_for(path)
-    with open(tmp, "wb") as f:
-        f.write(data)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
-    fsync_path(path.parent)
-
-
-def atomic_write_json(data: Any, path: Path) -> None:
-    """Same output as lerobot's ``write_json`` (indent 4, utf-8), written atomically."""
-    atomic_write_bytes(Path(path), json.dumps(data, indent=4, ensure_ascii=False).encode("utf-8"))
 
 
 class DatasetLock:
@@ -298,12 +278,18 @@ class EpisodeWriter:
     progress (see the module docstring for how).
 
     ``resume``: ``"auto"`` creates the dataset when ``root`` does not exist (or is an empty
-    directory) and appends to it when it is an existing dataset with the same fps and features
-    (after ``repair_dataset`` has restored it to its last committed episode); ``True`` requires
+    directory, or holds only the leftovers of a creation that was killed) and appends to it when
+    it is an existing dataset with the same fps and features (after ``repair_dataset`` has
+    restored it to its last committed episode); ``True`` requires
     an existing dataset, ``False`` a new one. A mismatch raises ``ValueError`` naming the field.
 
     ``streaming``: encode video while frames are added (default) instead of writing PNGs and
     encoding in ``save_episode``.
+
+    ``episode_log``: keep one outcome row per episode in the dataset's episode log
+    (``vla.data.episode_log``, what ``vla record`` writes); ``save_episode`` then needs its
+    ``outcome_row``. A new dataset gets an empty log; an existing one must already keep a log
+    (or have no episode yet), and a dataset that keeps a log is refused without it.
 
     ``encoder_threads``: threads per video encoder (default 1). With x264's default (one per
     core) the encoder can take every core of a small machine for a few hundred ms, starving the
@@ -323,10 +309,13 @@ class EpisodeWriter:
         resume: bool | Literal["auto"] = "auto",
         streaming: bool = True,
         encoder_threads: int | None = 1,
+        episode_log: bool = False,
     ) -> None:
         import av
         from lerobot.configs import RGBEncoderConfig
         from lerobot.datasets.lerobot_dataset import LeRobotDataset
+
+        from vla.data.integrity import unfinished_creation
 
         av.logging.set_level(av.logging.ERROR)  # libx264 prints a statistics block per video otherwise
         if resume not in (True, False, "auto"):
@@ -343,53 +332,35 @@ class EpisodeWriter:
         preset = "ultrafast" if vcodec in ("h264", "hevc") else None
         rgb_encoder = RGBEncoderConfig(vcodec=vcodec, preset=preset) if has_video else None
         exists = (self._root / "meta" / "info.json").exists() or (self._root / BACKUP_INFO_PATH).exists()
-        if self._root.exists() and not exists and any(p.is_file() for p in self._root.rglob("*")):
+        if self._root.exists() and not exists and unfinished_creation(self._root) is None:
             raise ValueError(f"{self._root} exists, is not empty and is not a LeRobot dataset (no meta/info.json)")
         if resume is True and not exists:
             raise ValueError(f"resume=True but {self._root} holds no dataset")
         if resume is False and exists:
             raise ValueError(f"resume=False but {self._root} already holds a dataset")
 
-        self._lock = DatasetLock(self._root)
-        if exists and not self._lock.acquire():
+        self._lock = DatasetLock(self._root)  # taken before anything is written, creation included
+        if not self._lock.acquire():
             raise RuntimeError(f"{self._root} is being recorded by another process ({self._root / LOCK_PATH} is locked)")
         try:
             with _crash_safe_io():
-                if exists:
-                    self._check_and_repair(repo_id, fps, features, robot_type)
-                    ds = LeRobotDataset.resume(
-                        repo_id,
-                        root=self._root,
-                        rgb_encoder=rgb_encoder,
-                        streaming_encoding=streaming,
-                        encoder_queue_maxsize=_QUEUE_FRAMES,
-                        encoder_threads=encoder_threads,
-                    )
-                    ds.meta._metadata_buffer_size = 1
-                    ds.meta.update_chunk_settings(
-                        data_files_size_in_mb=ONE_EPISODE_PER_FILE_MB,
-                        video_files_size_in_mb=ONE_EPISODE_PER_FILE_MB,
-                    )
-                else:
-                    if self._root.exists():  # only empty directories: lerobot's create() makes root itself
-                        shutil.rmtree(self._root)
-                    ds = LeRobotDataset.create(
-                        repo_id,
-                        fps,
-                        features,
-                        root=self._root,
-                        robot_type=robot_type or None,
-                        use_videos=video,
-                        rgb_encoder=rgb_encoder,
-                        metadata_buffer_size=1,
-                        streaming_encoding=streaming,
-                        encoder_queue_maxsize=_QUEUE_FRAMES,
-                        encoder_threads=encoder_threads,
-                        data_files_size_in_mb=ONE_EPISODE_PER_FILE_MB,
-                        video_files_size_in_mb=ONE_EPISODE_PER_FILE_MB,
-                    )
-                    if not self._lock.acquire():
-                        raise RuntimeError(f"{self._root} was taken by another process while being created")
+                if not exists:
+                    self._create(repo_id, fps, features, robot_type, video)
+                self._check_and_repair(repo_id, fps, features, robot_type)
+                self._open_episode_log(episode_log)
+                ds = LeRobotDataset.resume(
+                    repo_id,
+                    root=self._root,
+                    rgb_encoder=rgb_encoder,
+                    streaming_encoding=streaming,
+                    encoder_queue_maxsize=_QUEUE_FRAMES,
+                    encoder_threads=encoder_threads,
+                )
+                ds.meta._metadata_buffer_size = 1
+                ds.meta.update_chunk_settings(
+                    data_files_size_in_mb=ONE_EPISODE_PER_FILE_MB,
+                    video_files_size_in_mb=ONE_EPISODE_PER_FILE_MB,
+                )
         except BaseException:
             self._lock.release()
             raise
@@ -404,6 +375,57 @@ class EpisodeWriter:
         self._backup_info()
 
     # -- setup ------------------------------------------------------------------------------
+
+    def _create(self, repo_id: str, fps: int, features: dict, robot_type: str, video: bool) -> None:
+        """Create the dataset atomically (we hold its lock): lerobot writes ``info.json`` into a
+        staging folder and it is renamed into ``meta/``; until that rename the root holds only
+        what ``repair_dataset`` resets as an unfinished creation (:data:`CREATE_DIR_PREFIX`)."""
+        from lerobot.datasets.dataset_metadata import LeRobotDatasetMetadata
+
+        from vla.data.integrity import INFO_PATH, repair_locked_dataset, unfinished_creation
+
+        if unfinished_creation(self._root):
+            report = repair_locked_dataset(self._root)  # a killed creation: its leftovers go to the trash
+            for action in report.actions:
+                logger.warning("repair before create: %s", action)
+            if not report.ok:
+                raise RuntimeError(f"{self._root}: cannot reset the unfinished dataset in it: {report.problems}")
+        staging = self._root / f"{CREATE_DIR_PREFIX}{os.getpid()}"
+        if staging.exists():
+            shutil.rmtree(staging)
+        LeRobotDatasetMetadata.create(
+            repo_id,
+            fps,
+            features,
+            robot_type=robot_type or None,
+            root=staging,
+            use_videos=video,
+            metadata_buffer_size=1,
+            data_files_size_in_mb=ONE_EPISODE_PER_FILE_MB,
+            video_files_size_in_mb=ONE_EPISODE_PER_FILE_MB,
+        )
+        (self._root / "meta").mkdir(parents=True, exist_ok=True)
+        os.replace(staging / INFO_PATH, self._root / INFO_PATH)  # the dataset exists from here on
+        fsync_path(self._root / "meta")
+        shutil.rmtree(staging)
+
+    def _open_episode_log(self, wanted: bool) -> None:
+        """Make the dataset's episode log match ``episode_log`` (class docstring)."""
+        from vla.data.integrity import load_info_dict
+
+        episodes = load_info_dict(self._root)["total_episodes"]
+        has_log = has_episode_log(self._root)
+        if wanted and not has_log:
+            if episodes:
+                raise ValueError(
+                    f"{self._root} has {episodes} episode(s) recorded without outcome rows (no "
+                    f"{EPISODE_LOG_PATH}); every episode of a dataset needs one, so record into a new folder")
+            write_log(self._root, [])
+        elif has_log and not wanted:
+            raise ValueError(
+                f"{self._root} keeps an outcome row per episode ({EPISODE_LOG_PATH}): open it with "
+                "EpisodeWriter(..., episode_log=True) and give save_episode(outcome_row=...)")
+        self._episode_log = wanted
 
     def _check_and_repair(self, repo_id: str, fps: int, features: dict, robot_type: str) -> None:
         """Restore the dataset to its last committed episode (we hold its lock), then compare."""
@@ -508,12 +530,22 @@ class EpisodeWriter:
                     raise RuntimeError(f"video encoder for {key} made no progress for {timeout_s:.0f} s")
                 time.sleep(0.002)
 
-    def save_episode(self) -> int:
+    def save_episode(self, outcome_row: dict | None = None) -> int:
         """Write the episode in progress; returns its index. When this returns the episode is
-        durable (committed, fsynced): a kill or power cut right after loses nothing of it."""
+        durable (committed, fsynced): a kill or power cut right after loses nothing of it.
+
+        ``outcome_row`` (required with ``episode_log=True``, refused without): the episode's row
+        of the episode log (JSON-serialisable; ``episode_index`` is filled in). It is written
+        as part of the commit (``vla.data.episode_log``): after a kill at any point either the
+        episode is not committed, or it is and ``repair_dataset`` finds its row."""
         self._require_open()
         if self.frames_in_episode == 0:
             raise ValueError("save_episode() called with no frames added")
+        if self._episode_log and outcome_row is None:
+            raise ValueError(f"{self._root} keeps an outcome row per episode ({EPISODE_LOG_PATH}): "
+                             "give save_episode(outcome_row=...)")
+        if not self._episode_log and outcome_row is not None:
+            raise ValueError("outcome_row given, but this writer was opened without episode_log=True")
         encoder = self._ds.writer._streaming_encoder
         if encoder is not None:
             dropped = {k: n for k, n in encoder._dropped_frames.items() if n > 0}
@@ -523,13 +555,23 @@ class EpisodeWriter:
                     "consistently; call discard_episode() and re-record"
                 )
         episode_index = self._ds.meta.total_episodes
+        row = None
+        if outcome_row is not None:
+            if outcome_row.get("episode_index", episode_index) != episode_index:
+                raise ValueError(f"outcome_row['episode_index'] is {outcome_row['episode_index']}, "
+                                 f"the episode being saved is {episode_index}")
+            row = {"episode_index": episode_index, **outcome_row}
+            write_pending(self._root, row)  # 1. the row survives a kill during the commit (refuses a non-JSON row)
         previous = self._ds.meta.latest_episode
         with _crash_safe_io():
-            self._ds.save_episode(parallel_encoding=False)
+            self._ds.save_episode(parallel_encoding=False)  # 2. commit: the meta/episodes file appears
         latest = self._ds.meta.latest_episode
         self._check_own_files(previous, latest)
         self._fsync_episode(latest)
         self._backup_info()
+        if row is not None:
+            append_row(self._root, row)  # 3.
+            clear_pending(self._root)  # 4.
         return episode_index
 
     def _check_own_files(self, previous: dict | None, latest: dict) -> None:
