@@ -78,8 +78,8 @@ so ``learner_timeout_s`` must exceed one update round and a checkpoint save.
 
 End: the actor stops when an ack says ``finished`` (sent once the learner has checkpointed after
 the bye). That ack may be lost (a ROUTER drops what it cannot deliver), so the learner keeps
-answering for up to ``FINISH_GRACE_S`` after finishing, until it has sent ``FINISH_ACKS`` finished
-acks; the actor's next heartbeat or resent bye gets one.
+answering for up to ``FINISH_GRACE_S`` after finishing, until the actor has been quiet for
+``FINISH_QUIET_S``; the actor's next heartbeat or resent bye gets another finished ack.
 
 Parameters: ``version`` is the agent's update-round count (``agent.updates``). The learner pushes
 them on every welcome and after each learned episode whose updates changed them, and pushes
@@ -158,8 +158,12 @@ TAKEOVER_S = 10.0
 FINISH_GRACE_S = 12.0
 """After the session finished, the learner keeps answering (finished acks) for at most this long
 (longer than the actor's 5 s bye resend, so a lost finished ack is always followed by another)..."""
-FINISH_ACKS = 2
-"""...or until it has sent this many finished acks."""
+FINISH_QUIET_S = 3.0
+"""...or, once it has sent a finished ack, until the actor has been quiet this long: an actor that
+has heard ``finished`` closes its link and stops heart-beating, while one whose ack was lost keeps
+sending (heartbeats every ``heartbeat_s``, its bye every 5 s) and gets another answer each time.
+Counting acks sent instead was not enough: a ROUTER drops what it cannot deliver without saying
+so, and a learner that stopped after two "sent" acks left its actor waiting into LearnerGone."""
 EPISODE_INFO = {"seed": int, "success": bool, "ticks": int, "steps": int, "return": float, "interventions": int}
 
 
@@ -412,9 +416,10 @@ class Learner:
                 self.step(0.1)
             if self.finished:  # should the finished ack be lost, the actor's next message gets another
                 until = time.monotonic() + FINISH_GRACE_S
-                while self.finished_acks < FINISH_ACKS and time.monotonic() < until \
-                        and not (stop is not None and stop.is_set()):
+                while time.monotonic() < until and not (stop is not None and stop.is_set()):
                     self.step(0.1)
+                    if self.finished_acks and time.monotonic() - self.actor_heard > FINISH_QUIET_S:
+                        break
         finally:
             self.close()
         return self.summary
