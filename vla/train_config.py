@@ -27,6 +27,9 @@ class TrainConfig:
     image_size: int = 96
     cameras: tuple[str, ...] | None = None
     """Cameras to read (default: every camera of the first dataset)."""
+    crops: tuple[tuple[str, float, float, float, float], ...] = ()
+    """Per-camera region of interest ``(camera, x0, y0, x1, y1)``, fractions of the frame, cut out
+    before the resize to image_size (``--crop front=0.2,0.4,0.8,0.8``)."""
     success_only: bool = False
     """Train on the episodes marked successful in ``meta/vla_episodes.jsonl`` only (filtered BC)."""
     num_tokens: int = 0
@@ -65,6 +68,10 @@ class TrainConfig:
             raise ValueError(f"neck must be 'film' or 'keypoints', got {self.neck!r}")
         if not self.datasets:
             raise ValueError("give at least one --dataset")
+        for c in self.crops:
+            if len(c) != 5 or not 0 <= c[1] < c[3] <= 1 or not 0 <= c[2] < c[4] <= 1:
+                raise ValueError(f"crop {c!r}: expected (camera, x0, y0, x1, y1) with 0 <= x0 < x1 <= 1 and "
+                                 "0 <= y0 < y1 <= 1 (fractions of the frame)")
 
     @classmethod
     def from_json(cls, path: str) -> "TrainConfig":
@@ -73,4 +80,5 @@ class TrainConfig:
         for k in ("datasets", "cameras", "lora_targets"):
             if d.get(k) is not None:
                 d[k] = tuple(d[k])
+        d["crops"] = tuple(tuple(c) for c in d.get("crops", ()))
         return cls(**d)

@@ -42,6 +42,9 @@ but the sentence encoder trains. The fusion and the action expert always train.
     p.add_argument("--image-size", type=int, default=d["image_size"], help="camera frames are resized to this (px)")
     p.add_argument("--camera", action="append", dest="cameras", metavar="NAME",
                    help="camera to read (repeat; default every camera of the first dataset)")
+    p.add_argument("--crop", action="append", default=[], metavar="CAM=X0,Y0,X1,Y1",
+                   help="cut this region out of camera CAM before the resize (fractions of the frame; repeat "
+                        "per camera), e.g. front=0.2,0.4,0.8,0.85 for a camera that frames the whole cell")
     p.add_argument("--success-only", action="store_true",
                    help="train on successful episodes only (outcomes from meta/vla_episodes.jsonl, written by "
                         "`vla record`; for data recorded with --keep-failures)")
@@ -58,6 +61,17 @@ but the sentence encoder trains. The fusion and the action expert always train.
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--threads", type=int, default=None, help="torch CPU threads")
     p.set_defaults(run=run)
+
+
+def _parse_crop(text: str) -> tuple[str, float, float, float, float]:
+    cam, sep, box = text.partition("=")
+    try:
+        vals = tuple(float(v) for v in box.split(","))
+    except ValueError:
+        vals = ()
+    if not sep or not cam or len(vals) != 4:
+        raise ValueError(f"--crop {text!r}: expected CAM=X0,Y0,X1,Y1 with four fractions, e.g. front=0.2,0.4,0.8,0.85")
+    return (cam, *vals)
 
 
 def run(args) -> int:
@@ -81,6 +95,7 @@ def run(args) -> int:
         cfg = TrainConfig(datasets=tuple(args.dataset), out=args.out, mode=args.mode, steps=args.steps,
                           batch_size=args.batch_size, lr=args.lr, horizon=args.horizon, image_size=args.image_size,
                           cameras=tuple(args.cameras) if args.cameras else None, success_only=args.success_only,
+                          crops=tuple(_parse_crop(c) for c in args.crop),
                           num_tokens=args.num_tokens,
                           neck=args.neck, aug_views=args.aug_views, lora_rank=args.lora_rank,
                           lora_targets=tuple(args.lora_targets) if args.lora_targets else None,

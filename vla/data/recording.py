@@ -24,13 +24,23 @@ class EpisodeResult:
 
 def record_episode(env, teleop, writer, instruction: str, max_steps: int, seed: int | None = None,
                    task: str | None = None, privileged_fn: Callable[[], dict] | None = None,
-                   end_on_success: bool = True, should_stop: Callable[[], bool] = lambda: False) -> EpisodeResult:
+                   end_on_success: bool = True, should_stop: Callable[[], bool] = lambda: False,
+                   dart_sigma: float = 0.0) -> EpisodeResult:
     """Record one episode into ``writer``'s buffer (the caller saves or discards it).
 
     Frame k holds the observation the operator saw at tick k, the action the server applied on
     that tick (after its limits), the intervention flag and the real capture time (seconds since
     the episode's first frame; the oldest sample of the observation).
+
+    ``dart_sigma`` > 0 turns on DART noise injection (Laskey et al. 2017) for a closed-loop expert:
+    the robot executes the expert's action plus Gaussian noise of that std (m per tick) on the
+    translation, and the frame stores the expert's *clean* action for the state it saw. The states
+    drift off the expert's path and the labels say how to come back: recovery data for
+    behaviour cloning. The noise is seeded by the episode seed.
     """
+    if dart_sigma < 0:
+        raise ValueError(f"dart_sigma must be >= 0 (m per tick), got {dart_sigma}")
+    dart_rng = np.random.default_rng([0xDA27, seed if seed is not None else 0])
     teleop.begin_episode(task, seed, instruction)
     obs, _ = env.reset(seed=seed)
     t_first = None
@@ -48,8 +58,12 @@ def record_episode(env, teleop, writer, instruction: str, max_steps: int, seed: 
                 break
         if outcome is not None:
             break
+        executed = cmd.action
+        if dart_sigma > 0:
+            executed = np.array(cmd.action, np.float32, copy=True)
+            executed[:3] += dart_rng.normal(0.0, dart_sigma, 3).astype(np.float32)
         try:
-            new_obs, _, terminated, _, info = env.step(cmd.action)
+            new_obs, _, terminated, _, info = env.step(executed)
         except CommandError as e:
             if e.code != "safe_state":
                 raise
@@ -61,7 +75,10 @@ def record_episode(env, teleop, writer, instruction: str, max_steps: int, seed: 
         t_first = t_cap if t_first is None else t_first
         frame = {f"observation.images.{c}": img for c, img in obs["images"].items()}
         frame["observation.state"] = obs["state"]
-        frame["action"] = info["applied"][0].astype(np.float32)
+        # the label: what the server applied, or under DART the expert's clean action (the applied
+        # command carried the injected noise)
+        frame["action"] = (np.asarray(cmd.action, np.float32) if dart_sigma > 0
+                           else info["applied"][0].astype(np.float32))
         frame["intervention"] = np.array([cmd.intervening], bool)
         frame["observation.capture_time"] = np.array([(t_cap - t_first) / 1e9], np.float64)
         writer.add_frame(frame, task=instruction)

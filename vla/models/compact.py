@@ -28,7 +28,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from vla.models.base import VLA, StochasticSample, as_tensor_batch
-from vla.models.encoders import EfficientNetTrunk, TextEncoder, TEXT_DIM, resize_uint8
+from vla.models.encoders import EfficientNetTrunk, TextEncoder, TEXT_DIM, crop_uint8, resize_uint8
 from vla.models.flow import FlowHeadConfig, FlowMatchingHead
 
 KIND = "compact-flow-vla"
@@ -67,6 +67,11 @@ class CompactVLAConfig:
     before the FiLM neck existed have no ``neck`` field and load as this)."""
     neck_width: int = 32
     """Channels of the ``"film"`` neck's convolutions."""
+    crops: tuple[tuple[str, float, float, float, float], ...] = ()
+    """Per-camera region of interest ``(camera, x0, y0, x1, y1)`` (fractions of the frame) cut out
+    before the resize to ``image_size``: a camera that frames the whole cell from afar sees the
+    objects a few pixels wide at 96 px; its crop magnifies the workspace. Cameras not named
+    are used whole."""
 
     def __post_init__(self) -> None:
         if not self.cameras:
@@ -79,6 +84,18 @@ class CompactVLAConfig:
             raise ValueError(f"CompactVLAConfig.neck must be one of {list(NECKS)}, got {self.neck!r}")
         if self.image_size % 16:
             raise ValueError(f"CompactVLAConfig.image_size must be a multiple of 16, got {self.image_size}")
+        for c in self.crops:
+            if len(c) != 5 or c[0] not in self.cameras:
+                raise ValueError(f"CompactVLAConfig.crops entries are (camera, x0, y0, x1, y1) with a camera of "
+                                 f"{list(self.cameras)}, got {c!r}")
+            x0, y0, x1, y1 = c[1:]
+            if not (0 <= x0 < x1 <= 1 and 0 <= y0 < y1 <= 1):
+                raise ValueError(f"CompactVLAConfig.crops[{c[0]!r}]: need 0 <= x0 < x1 <= 1 and 0 <= y0 < y1 <= 1, "
+                                 f"got {tuple(c[1:])}")
+
+    @property
+    def crop_boxes(self) -> dict[str, tuple[float, float, float, float]]:
+        return {c[0]: tuple(c[1:]) for c in self.crops}
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> "CompactVLAConfig":
@@ -89,6 +106,8 @@ class CompactVLAConfig:
         d = dict(d)
         if "cameras" in d:
             d["cameras"] = tuple(d["cameras"])
+        if "crops" in d:
+            d["crops"] = tuple(tuple(c) for c in d["crops"])
         return cls(**d)
 
 
@@ -253,7 +272,9 @@ class CompactVLA(VLA):
         if missing:
             raise ValueError(f"observation is missing camera(s) {missing}; this VLA reads {list(self.cfg.cameras)} "
                              f"and got {sorted(images)}")
-        return {c: resize_uint8(images[c], self.cfg.image_size) for c in self.cfg.cameras}
+        boxes = self.cfg.crop_boxes
+        return {c: resize_uint8(crop_uint8(images[c], boxes[c]) if c in boxes else images[c], self.cfg.image_size)
+                for c in self.cfg.cameras}
 
     def trunk_features(self, images: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
         """uint8 images (already at image_size) -> trunk maps, all cameras in one batch:

@@ -62,6 +62,19 @@ class TextEncoder:
         return torch.stack([self._cache[t] for t in texts])
 
 
+def crop_uint8(images: torch.Tensor, box) -> torch.Tensor:
+    """uint8 [B, H, W, 3] -> the region ``box = (x0, y0, x1, y1)``, fractions of the width and
+    height (0..1, x0 < x1, y0 < y1). The one crop used by training data and by inference."""
+    x0, y0, x1, y1 = (float(v) for v in box)
+    h, w = images.shape[1], images.shape[2]
+    c0, c1 = int(round(x0 * w)), int(round(x1 * w))
+    r0, r1 = int(round(y0 * h)), int(round(y1 * h))
+    if not (0 <= c0 < c1 <= w and 0 <= r0 < r1 <= h):
+        raise ValueError(f"crop box {tuple(box)} is not a region of a {w}x{h} image "
+                         "(x0 < x1 and y0 < y1, fractions in [0, 1])")
+    return images[:, r0:r1, c0:c1]
+
+
 def resize_uint8(images: torch.Tensor, size: int) -> torch.Tensor:
     """uint8 [B, H, W, 3] -> uint8 [B, size, size, 3] (antialiased bilinear). The one resize
     used by training data and by inference, so both see the same pixels."""
