@@ -1,0 +1,33 @@
+"""bench/vla_sft.py --quick records, trains and evaluates one ablation row end to end and writes the report."""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_bench_vla_sft_quick(tmp_path):
+    pytest.importorskip("efficientnet_lite_pytorch")
+    cmd = [sys.executable, str(ROOT / "bench" / "vla_sft.py"), "--quick", "--out", str(tmp_path / "out"),
+           "--data-dir", str(tmp_path / "data"), "--runs-dir", str(tmp_path / "runs"), "--port", "6680"]
+    r = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=400)
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-3000:]
+    rep = json.loads((tmp_path / "out" / "vla_sft.json").read_text())
+    (row,) = rep["rows"]
+    assert row["row"] == "dart_crop" and row["settings"]["record"] == ["--dart", "0.01"]
+    t = row["tasks"]["pick_red_cube"]
+    assert t["episodes"] == 2 and 0 <= t["successes"] <= 2 and t["ci95"][0] <= t["rate"] <= t["ci95"][1]
+    assert row["wall_s"]["record"] > 0 and row["wall_s"]["train"] > 0 and row["wall_s"]["eval"] > 0
+    # the recipe reached the artefacts: DART in the episode log, the crop in the checkpoint
+    log = [json.loads(line) for line in open(tmp_path / "data" / "q1_dart_0p01_pick_red_cube" / "meta" / "vla_episodes.jsonl")]
+    assert len(log) == 2 and all(e["dart_sigma"] == 0.01 for e in log)
+    cfg = json.loads((tmp_path / "runs" / "dart_crop" / "model" / "config.json").read_text())["config"]
+    assert cfg["crops"] == [["front", 0.2, 0.35, 0.8, 0.85]]
+    assert (tmp_path / "out" / "vla_sft.png").stat().st_size > 5_000
+    # a second run reads the finished row back instead of re-running it
+    r2 = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert r2.returncode == 0 and "reusing" in r2.stdout, r2.stdout[-2000:] + r2.stderr[-2000:]
