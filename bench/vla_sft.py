@@ -55,6 +55,13 @@ class Row:
         """Datasets are shared between rows with the same record flags."""
         return "q1" + "".join(f"_{a.strip('-').replace('.', 'p')}" for a in self.record)
 
+    @property
+    def train_key(self) -> str:
+        """So is a trained model between rows with the same record and train flags (rows that only
+        evaluate differently)."""
+        return self.data_key + "".join(f"_{a.strip('-').replace('.', 'p').replace(',', '-').replace('=', '-')}"
+                                       for a in self.train)
+
 
 ROWS = {r.name: r for r in (
     Row("base", "defaults: 96 px, frozen trunk, whole frames"),
@@ -79,23 +86,23 @@ def _run(cmd: list[str], log: pathlib.Path) -> float:
 def run_row(row: Row, args, site: str) -> dict:
     vla = [sys.executable, "-m", "vla.cli"]
     data_dir, runs_dir = pathlib.Path(args.data_dir), pathlib.Path(args.runs_dir)
-    run_dir = runs_dir / row.name
+    run_dir = runs_dir / row.train_key
     settings = {"demos": args.demos, "steps": args.steps, "eval_episodes": args.eval_episodes, "tasks": list(args.task),
                 "record": list(row.record), "train": list(row.train), "eval": list(row.eval)}
-    done = run_dir / "bench_row.json"
+    done = run_dir / f"bench_{row.name}.json"
     if done.is_file():
         prev = json.loads(done.read_text())
         if prev.get("settings") == settings:
             print(f"{row.name}: reusing {done}")
             return prev
-    record_s = 0.0
+    record_s = None  # None: every dataset was there already
     datasets = []
     for task in args.task:
         root = data_dir / f"{row.data_key}_{task}"
         datasets.append(str(root))
         if (root / "meta" / "info.json").is_file():
             continue  # recorded by an earlier row (or an interrupted run: vla record appends up to --episodes)
-        record_s += _run([*vla, "record", "--robot", site, "--task", task, "--teleop", "scripted", "--episodes",
+        record_s = (record_s or 0.0) + _run([*vla, "record", "--robot", site, "--task", task, "--teleop", "scripted", "--episodes",
                           str(args.demos), "--root", str(root), *row.record], data_dir / f"{root.name}.log")
     if run_dir.exists() and not (run_dir / "model").is_dir():
         raise RuntimeError(f"{run_dir} holds an unfinished training run: `vla train --resume {run_dir}` it or remove it")
@@ -104,8 +111,8 @@ def run_row(row: Row, args, site: str) -> dict:
         runs_dir.mkdir(parents=True, exist_ok=True)
         train_s = _run([*vla, "train", *sum((["--dataset", d] for d in datasets), []), "--out", str(run_dir),
                         "--steps", str(args.steps), "--aug-views", "1", "--threads", str(args.threads),
-                        "--save-every", str(max(1, args.steps // 3)), *row.train], runs_dir / f"{row.name}.train.log")
-    eval_dir = run_dir / "eval"
+                        "--save-every", str(max(1, args.steps // 3)), *row.train], runs_dir / f"{row.train_key}.train.log")
+    eval_dir = run_dir / f"eval_{row.name}"
     eval_s = _run([*vla, "eval", "--checkpoint", str(run_dir), "--robot", site, "--episodes", str(args.eval_episodes),
                    "--videos", "1", "--threads", str(args.threads), "--out", str(eval_dir),
                    *sum((["--task", t] for t in args.task), []), *row.eval], runs_dir / f"{row.name}.eval.log")
@@ -118,8 +125,9 @@ def run_row(row: Row, args, site: str) -> dict:
     out = {"row": row.name, "what": row.what, "settings": settings, "tasks": tasks,
            "mean_rate": sum(t["rate"] for t in tasks.values()) / len(tasks),
            "frames": summary.get("frames"), "episodes": summary.get("episodes"),
-           "wall_s": {"record": round(record_s, 1), "train": round(train_s or summary.get("wall_s", 0.0), 1),
-                      "eval": round(eval_s, 1)}}
+           "run_dir": run_dir.name,
+           "wall_s": {"record": None if record_s is None else round(record_s, 1),
+                      "train": round(train_s or summary.get("wall_s", 0.0), 1), "eval": round(eval_s, 1)}}
     done.write_text(json.dumps(out, indent=2))
     return out
 
@@ -187,7 +195,7 @@ def main(argv: list[str] | None = None) -> int:
         r = run_row(row, args, site)
         results.append(r)
         tqdm.write(f"{row.name:>16}: " + "  ".join(f"{t} {v['successes']}/{v['episodes']}" for t, v in r["tasks"].items())
-                   + f"   (record {r['wall_s']['record']:.0f} s, train {r['wall_s']['train']:.0f} s)")
+                   + f"   (record {r['wall_s']['record'] or 0:.0f} s, train {r['wall_s']['train']:.0f} s)")
     report = {"bench": "vla_sft", "date": _dt.date.today().isoformat(), "machine": f"{platform.machine()}, "
               f"{os.cpu_count()} cpus", "command": "bench/vla_sft.py " + " ".join(argv if argv is not None else sys.argv[1:]),
               "goal": ">= 85% on each pick task from full-quality demos, record + train <= 30 min (issue 13)",

@@ -25,7 +25,7 @@ def test_bench_vla_sft_quick(tmp_path):
     # the recipe reached the artefacts: DART in the episode log, the crop in the checkpoint
     log = [json.loads(line) for line in open(tmp_path / "data" / "q1_dart_0p01_pick_red_cube" / "meta" / "vla_episodes.jsonl")]
     assert len(log) == 2 and all(e["dart_sigma"] == 0.01 for e in log)
-    cfg = json.loads((tmp_path / "runs" / "dart_crop" / "model" / "config.json").read_text())["config"]
+    cfg = json.loads((tmp_path / "runs" / row["run_dir"] / "model" / "config.json").read_text())["config"]
     assert cfg["crops"] == [["front", 0.2, 0.35, 0.8, 0.85]]
     assert (tmp_path / "out" / "vla_sft.png").stat().st_size > 5_000
     # a second run reads the finished row back instead of re-running it
