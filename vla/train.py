@@ -257,7 +257,7 @@ def train(cfg: TrainConfig, resume: bool = False, progress: bool = True) -> dict
     data, stats, cams = build_data(cfg, text)
     mcfg = CompactVLAConfig(cameras=tuple(cams), image_size=cfg.image_size, horizon=cfg.horizon,
                             state_dim=data.state.shape[1], action_dim=data.chunks.shape[2], num_tokens=cfg.num_tokens,
-                            neck=cfg.neck, crops=cfg.crops)
+                            neck=cfg.neck, crops=cfg.crops, fine_blocks=cfg.fine_blocks)
     model = CompactVLA(mcfg)
     model.set_normalization(**stats, **CompactVLA.text_stats(data.text_emb))
     model.set_mode(cfg.mode, lora_rank=cfg.lora_rank, lora_alpha=cfg.lora_alpha, lora_targets=cfg.lora_targets)

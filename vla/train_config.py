@@ -33,6 +33,9 @@ class TrainConfig:
     success_only: bool = False
     """Train on the episodes marked successful in ``meta/vla_episodes.jsonl`` only (filtered BC)."""
     num_tokens: int = 0
+    fine_blocks: int = 5
+    """Trunk blocks before the map the neck's keypoints read (5: stride 8, 40 channels; 3: stride 4,
+    24 channels -- twice the spatial resolution, about 2.4x the feature cache)."""
     neck: str = "film"
     """Camera neck of the compact VLA: ``film`` (instruction-modulated convolutions -> keypoints) or
     ``keypoints`` (1x1 convolutions -> keypoints; the first design, kept for its checkpoints)."""

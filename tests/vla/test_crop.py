@@ -63,3 +63,16 @@ def test_demo_loading_applies_the_same_crop(tiny_dataset):
     from vla.models.encoders import resize_uint8
     expect = resize_uint8(crop_uint8(torch.from_numpy(native[0].images[cam]), (0, 0, 0.5, 0.5)), 32).numpy()
     np.testing.assert_array_equal(cropped[0].images[cam], expect)
+
+
+def test_a_finer_keypoint_map_follows_the_trunk_stride():
+    from vla.models.encoders import EfficientNetTrunk
+
+    for fine_blocks, stride, channels in ((5, 8, 40), (3, 4, 24)):
+        trunk = EfficientNetTrunk(11, pretrained=False, fine_blocks=fine_blocks)
+        fine, _ = trunk(torch.zeros(1, 64, 64, 3, dtype=torch.uint8))
+        assert trunk.fine_stride == stride and tuple(fine.shape[1:]) == (channels, 64 // stride, 64 // stride)
+    m = CompactVLA(CompactVLAConfig(image_size=64, hidden=32, cond_dim=32, keypoints=4, pretrained=False, fine_blocks=3))
+    obs = {"images": {c: np.zeros((1, 64, 64, 3), np.uint8) for c in ("front", "wrist")},
+           "state": np.zeros((1, 8), np.float32), "instruction": ["pick up the red cube"]}
+    assert tuple(m.sample_actions(obs).shape) == (1, 8, 7)

@@ -52,6 +52,8 @@ but the sentence encoder trains. The fusion and the action expert always train.
     p.add_argument("--neck", choices=["film", "keypoints"], default=d["neck"],
                    help="camera neck: film = instruction-modulated convolutions -> keypoints (default), "
                         "keypoints = 1x1 convolutions -> keypoints")
+    p.add_argument("--fine-blocks", type=int, default=d["fine_blocks"],
+                   help=f"trunk blocks before the keypoint map (default {d['fine_blocks']}: stride 8; 3: stride 4, finer)")
     p.add_argument("--aug-views", type=int, default=d["aug_views"],
                    help="frozen mode: augmented copies of each frame whose features are cached")
     p.add_argument("--lora-rank", type=int, default=d["lora_rank"])
@@ -96,6 +98,7 @@ def run(args) -> int:
                           batch_size=args.batch_size, lr=args.lr, horizon=args.horizon, image_size=args.image_size,
                           cameras=tuple(args.cameras) if args.cameras else None, success_only=args.success_only,
                           crops=tuple(_parse_crop(c) for c in args.crop),
+                          fine_blocks=args.fine_blocks,
                           num_tokens=args.num_tokens,
                           neck=args.neck, aug_views=args.aug_views, lora_rank=args.lora_rank,
                           lora_targets=tuple(args.lora_targets) if args.lora_targets else None,

@@ -181,7 +181,8 @@ class CompactVLA(VLA):
         self.text = TextEncoder()  # not a submodule: never trained, never checkpointed
         self.trunk = EfficientNetTrunk(cfg.vision_blocks, pretrained=cfg.pretrained, fine_blocks=cfg.fine_blocks)
         hw = cfg.image_size // 16
-        args = (self.trunk.out_channels, hw, self.trunk.fine_channels, hw * 2, cfg.keypoints)
+        args = (self.trunk.out_channels, hw, self.trunk.fine_channels, cfg.image_size // self.trunk.fine_stride,
+                cfg.keypoints)
         self.necks = nn.ModuleDict({c: FiLMCameraNeck(*args, text_dim=TEXT_DIM, width=cfg.neck_width)
                                     if cfg.neck == "film" else CameraNeck(*args) for c in cfg.cameras})
         vis = sum(n.out_dim for n in self.necks.values())

@@ -121,6 +121,12 @@ class EfficientNetTrunk(nn.Module):
             raise ValueError(f"fine_blocks must be in [0, {blocks}), got {fine_blocks}")
         self.fine_blocks = fine_blocks
         self.fine_channels = int(net._blocks[fine_blocks - 1]._project_conv.out_channels) if fine_blocks else 0
+        stride = 2  # the stem
+        for b in self.blocks[:fine_blocks]:
+            st = b._depthwise_conv.stride
+            stride *= int(st[0] if isinstance(st, (tuple, list)) else st)
+        self.fine_stride = stride
+        """Input pixels per cell of the fine map (8 for fine_blocks 5, 4 for 3)."""
         self.register_buffer("mean", torch.tensor(IMAGENET_MEAN).view(1, 3, 1, 1) * 255.0, persistent=False)
         self.register_buffer("std", torch.tensor(IMAGENET_STD).view(1, 3, 1, 1) * 255.0, persistent=False)
 
