@@ -66,6 +66,8 @@ class Row:
 ROWS = {r.name: r for r in (
     Row("base", "defaults: 96 px, frozen trunk, whole frames"),
     Row("crop", f"front camera cropped to the table ({FRONT_CROP})", train=("--crop", FRONT_CROP)),
+    Row("crop_fine3", "front crop + keypoints from the stride-4 trunk map (--fine-blocks 3)",
+        train=("--crop", FRONT_CROP, "--fine-blocks", "3")),
     Row("dart", "DART noise 1 cm per tick while recording", record=("--dart", "0.01")),
     Row("dart_crop", "DART 1 cm + front crop", record=("--dart", "0.01"), train=("--crop", FRONT_CROP)),
     Row("dart_crop_exec4", "DART 1 cm + front crop, re-plan every 4 ticks", record=("--dart", "0.01"),
@@ -130,6 +132,11 @@ def run_row(row: Row, args, site: str) -> dict:
                       "train": round(train_s or summary.get("wall_s", 0.0), 1), "eval": round(eval_s, 1)}}
     done.write_text(json.dumps(out, indent=2))
     return out
+
+
+def _portable(arg: str) -> str:
+    """An absolute path in the recorded command becomes its last two parts (no machine paths in results)."""
+    return os.path.join(*pathlib.Path(arg).parts[-2:]) if os.path.isabs(arg) else arg
 
 
 def plot(rows: list[dict], path: pathlib.Path) -> None:
@@ -197,7 +204,8 @@ def main(argv: list[str] | None = None) -> int:
         tqdm.write(f"{row.name:>16}: " + "  ".join(f"{t} {v['successes']}/{v['episodes']}" for t, v in r["tasks"].items())
                    + f"   (record {r['wall_s']['record'] or 0:.0f} s, train {r['wall_s']['train']:.0f} s)")
     report = {"bench": "vla_sft", "date": _dt.date.today().isoformat(), "machine": f"{platform.machine()}, "
-              f"{os.cpu_count()} cpus", "command": "bench/vla_sft.py " + " ".join(argv if argv is not None else sys.argv[1:]),
+              f"{os.cpu_count()} cpus", "command": "bench/vla_sft.py " + " ".join(
+                  _portable(a) for a in (argv if argv is not None else sys.argv[1:])),
               "goal": ">= 85% on each pick task from full-quality demos, record + train <= 30 min (issue 13)",
               "rows": results}
     (out / "vla_sft.json").write_text(json.dumps(report, indent=2))
