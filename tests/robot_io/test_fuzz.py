@@ -36,7 +36,7 @@ def pack_pairs(pairs) -> bytes:
     return b"\xde" + len(pairs).to_bytes(2, "big") + b"".join(msgpack.packb(k) + msgpack.packb(v) for k, v in pairs)
 
 
-SPECS = object()  # placeholder: the header's array specs, as they are when the frames are made
+SPECS = object()  # sentinel value in a header pair: replaced by the array specs when the frames are built
 
 
 class Case:

@@ -17,6 +17,7 @@ counts as "saved" is read from disk just before the kill: the committed ``meta/e
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -193,10 +194,8 @@ class Recorder:
 
     def kill(self) -> float:
         """SIGKILL the process group; returns the monotonic time the signal was sent."""
-        try:
+        with contextlib.suppress(ProcessLookupError):  # the recorder may have finished on its own already
             os.killpg(self.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
         sent = time.monotonic()
         self.wait(10)
         return sent
