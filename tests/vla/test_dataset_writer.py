@@ -159,3 +159,28 @@ def test_misuse_is_refused(tmp_path, features):
     writer.close()  # idempotent
     with pytest.raises(RuntimeError, match="closed"):
         writer.add_frame(frame_dict(0, 0), task="a")
+
+
+def test_no_encoder_statistics_on_the_terminal(tmp_path):
+    """libx264 prints a statistics block per video at FFmpeg's INFO level, and lerobot's encoder
+    thread hands logging back to FFmpeg's own printer after every video: a recording of several
+    episodes must still print none of it (FFmpeg writes to the C stderr, so this runs in a child)."""
+    import subprocess
+    import sys
+    import textwrap
+
+    script = textwrap.dedent(f"""
+        import sys
+        sys.path.insert(0, {str(__import__('pathlib').Path(__file__).resolve().parents[2])!r})
+        from tests.vla.test_dataset_writer import CAMERAS, FPS, record
+        from vla.data import EpisodeWriter, make_features
+        with EpisodeWriter({str(tmp_path / 'ds')!r}, "local/test", FPS, make_features(CAMERAS)) as w:
+            for ep in range(3):
+                record(w, ep, 6, "t")
+        print("done")
+    """)
+    r = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert "done" in r.stdout
+    noise = [line for line in (r.stdout + r.stderr).splitlines() if "libx264" in line or "x264 [info]" in line]
+    assert not noise, f"{len(noise)} encoder lines, e.g. {noise[:3]}"

@@ -317,7 +317,11 @@ class EpisodeWriter:
 
         from vla.data.integrity import unfinished_creation
 
-        av.logging.set_level(av.logging.ERROR)  # libx264 prints a statistics block per video otherwise
+        # libx264 prints a statistics block per video otherwise. lerobot's encoder thread calls
+        # av.logging.restore_default_callback() after each video, which hands logging back to FFmpeg's
+        # own printer: FFmpeg's level must be lowered too, not only PyAV's.
+        av.logging.set_level(av.logging.ERROR)
+        av.logging.set_libav_level(av.logging.ERROR)
         if resume not in (True, False, "auto"):
             raise ValueError(f"resume must be True, False or 'auto', got {resume!r}")
         if fps <= 0:
