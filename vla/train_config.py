@@ -67,6 +67,9 @@ class TrainConfig:
                 raise ValueError(f"{f} must be positive, got {getattr(self, f)}")
         if self.lr <= 0 or not 0 <= self.ema_decay < 1:
             raise ValueError(f"lr must be > 0 and ema_decay in [0, 1), got {self.lr}, {self.ema_decay}")
+        if self.shift_pad < 0 or self.jitter < 0 or self.aug_views < 0:
+            raise ValueError(f"shift_pad, jitter and aug_views must be >= 0, got {self.shift_pad}, {self.jitter}, "
+                             f"{self.aug_views}")
         if self.neck not in ("film", "keypoints"):
             raise ValueError(f"neck must be 'film' or 'keypoints', got {self.neck!r}")
         if not self.datasets:

@@ -76,3 +76,20 @@ def test_a_finer_keypoint_map_follows_the_trunk_stride():
     obs = {"images": {c: np.zeros((1, 64, 64, 3), np.uint8) for c in ("front", "wrist")},
            "state": np.zeros((1, 8), np.float32), "instruction": ["pick up the red cube"]}
     assert tuple(m.sample_actions(obs).shape) == (1, 8, 7)
+
+
+def test_vla_train_passes_the_augmentation_flags_and_refuses_negative_ones(monkeypatch, capsys):
+    import vla.train
+    from vla.cli import main
+
+    seen = {}
+
+    def fake_train(cfg, resume=False):
+        seen["cfg"] = cfg
+        return {"run_dir": cfg.out, "steps": 0, "wall_s": 0.0, "episodes": 0, "frames": 0}
+
+    monkeypatch.setattr(vla.train, "train", fake_train)
+    assert main(["train", "--dataset", "d", "--out", "o", "--shift-pad", "0", "--jitter", "0.05"]) == 0
+    assert (seen["cfg"].shift_pad, seen["cfg"].jitter) == (0, 0.05)
+    assert main(["train", "--dataset", "d", "--out", "o", "--shift-pad", "-2"]) != 0
+    assert "shift_pad" in capsys.readouterr().err

@@ -56,6 +56,11 @@ but the sentence encoder trains. The fusion and the action expert always train.
                    help=f"trunk blocks before the keypoint map (default {d['fine_blocks']}: stride 8; 3: stride 4, finer)")
     p.add_argument("--aug-views", type=int, default=d["aug_views"],
                    help="frozen mode: augmented copies of each frame whose features are cached")
+    p.add_argument("--shift-pad", type=int, default=d["shift_pad"],
+                   help=f"random-shift augmentation, pixels at image size (default {d['shift_pad']}; 0 = none: a fixed "
+                        "camera then keeps every object where it was)")
+    p.add_argument("--jitter", type=float, default=d["jitter"],
+                   help=f"brightness / contrast jitter, +- (default {d['jitter']})")
     p.add_argument("--lora-rank", type=int, default=d["lora_rank"])
     p.add_argument("--lora-targets", nargs="+", default=None, help="module names for LoRA (default the trunk's 1x1 convs)")
     p.add_argument("--save-every", type=int, default=d["save_every"], help="checkpoint period in steps")
@@ -100,7 +105,8 @@ def run(args) -> int:
                           crops=tuple(_parse_crop(c) for c in args.crop),
                           fine_blocks=args.fine_blocks,
                           num_tokens=args.num_tokens,
-                          neck=args.neck, aug_views=args.aug_views, lora_rank=args.lora_rank,
+                          neck=args.neck, aug_views=args.aug_views, shift_pad=args.shift_pad, jitter=args.jitter,
+                          lora_rank=args.lora_rank,
                           lora_targets=tuple(args.lora_targets) if args.lora_targets else None,
                           save_every=args.save_every, max_minutes=args.max_minutes, seed=args.seed,
                           threads=args.threads)
