@@ -38,11 +38,19 @@ import torch  # noqa: E402
 GOAL_LATENCY_MS = 30.0
 
 
-def latency(calls: int) -> dict:
+VARIANTS = {
+    "default": {},
+    "crop_fine3": {"fine_blocks": 3, "crops": (("front", 0.2, 0.35, 0.8, 0.85),)},
+}
+"""Model configurations whose chunk latency is measured: the defaults, and the front crop + stride-4
+keypoints of bench/vla_sft.py's best rows (``--variant``)."""
+
+
+def latency(calls: int, **overrides) -> dict:
     from vla.models.compact import CompactVLA, CompactVLAConfig
 
     torch.set_num_threads(1)
-    m = CompactVLA(CompactVLAConfig()).eval()
+    m = CompactVLA(CompactVLAConfig(**overrides)).eval()
     rng = np.random.default_rng(0)
     obs = {"images": {c: rng.integers(0, 255, (1, 224, 224, 3), dtype=np.uint8) for c in ("front", "wrist")},
            "state": rng.normal(size=(1, 8)).astype(np.float32), "instruction": ["pick up the red cube"]}
@@ -62,6 +70,7 @@ def latency(calls: int) -> dict:
     ms = np.asarray(total) * 1e3
     tr = np.asarray(trunk) * 1e3
     return {"calls": calls, "threads": 1, "batch": 1, "cameras": 2, "camera_px": 224,
+            "fine_blocks": m.cfg.fine_blocks, "crops": [list(c) for c in m.cfg.crops],
             "image_size": m.cfg.image_size, "euler_steps": m.cfg.num_steps, "horizon": m.cfg.horizon,
             "p50_ms": float(np.percentile(ms, 50)), "p90_ms": float(np.percentile(ms, 90)),
             "p99_ms": float(np.percentile(ms, 99)), "max_ms": float(ms.max()),
@@ -149,11 +158,20 @@ def main(argv=None) -> int:
     ap.add_argument("--calls", type=int, default=300)
     ap.add_argument("--batch", type=int, default=256)
     ap.add_argument("--steps", type=int, default=20)
+    ap.add_argument("--variant", action="append", choices=sorted(VARIANTS),
+                    help=f"model configurations to time besides the default (default: all of {sorted(VARIANTS)})")
     args = ap.parse_args(argv)
     calls, steps, batch = (20, 2, 32) if args.quick else (args.calls, args.steps, args.batch)
     threads = torch.get_num_threads()
     lat = latency(calls)
     print(f"latency: p50 {lat['p50_ms']:.1f} ms  p99 {lat['p99_ms']:.1f} ms  (trunk {lat['trunk_p50_ms']:.1f} ms)")
+    variants = {}
+    for name in args.variant or [v for v in VARIANTS if v != "default"]:
+        if name == "default":
+            continue
+        v = latency(calls, **VARIANTS[name])
+        variants[name] = {k: val for k, val in v.items() if k != "samples_ms"}
+        print(f"latency {name}: p50 {v['p50_ms']:.1f} ms  p99 {v['p99_ms']:.1f} ms  (trunk {v['trunk_p50_ms']:.1f} ms)")
     rows = []
     for mode in ("frozen", "lora", "full"):
         r = throughput(mode, batch, steps if mode == "frozen" else max(2, steps // 4), threads)
@@ -161,7 +179,7 @@ def main(argv=None) -> int:
         print(f"SFT {mode:>6}: {r['samples_per_s']:.0f} samples/s ({r['parameters']['trainable']:,} trainable)")
     res = {"bench": "vla", "quick": args.quick, "date": _dt.datetime.now().isoformat(timespec="seconds"),
            "machine": {"cpu_count": os.cpu_count(), "platform": platform.platform(), "torch": torch.__version__},
-           "latency": lat, "throughput": rows,
+           "latency": lat, "latency_variants": variants, "throughput": rows,
            "goals": {"latency_p50_le_30ms": {"goal_ms": GOAL_LATENCY_MS, "measured_ms": lat["p50_ms"],
                                              "met": lat["p50_ms"] <= GOAL_LATENCY_MS}}}
     args.out.mkdir(parents=True, exist_ok=True)
