@@ -35,7 +35,8 @@ def running_bridge(site: SiteConfig, log_path: str, start: str = "auto"):
     if start == "always" or (start == "auto" and simulated and not bridge_is_up(site)):
         print(f"starting the '{site.name}' bridge (log: {log_path})", flush=True)
         with open(log_path, "w") as log_f:
-            proc = subprocess.Popen([sys.executable, "-m", "vla.cli", "bridge", "serve", "--site", site.path],
+            proc = subprocess.Popen([sys.executable, "-m", "vla.cli", "bridge", "serve", "--site", site.path,
+                                     "--exit-with-parent"],
                                     stdout=log_f, stderr=subprocess.STDOUT)
     try:
         try:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import signal
 import sys
 import threading
@@ -37,6 +38,9 @@ examples:
                    help="allow binding off loopback WITHOUT CurveZMQ authentication (anyone on the network "
                         "could command the robot; for isolated networks only)")
     s.add_argument("--duration", type=float, default=None, help="stop after this many seconds (default: run until Ctrl-C)")
+    s.add_argument("--exit-with-parent", action="store_true",
+                   help="stop (devices to their safe state) when the process that started this bridge exits, even "
+                        "if it was killed: what `vla record / eval / rl` use for the sim bridge they start")
     s.set_defaults(run=run_serve)
 
     pg = bsub.add_parser("ping", help="print each device's command round-trip time",
@@ -79,8 +83,12 @@ def run_serve(args) -> int:
         for sig in (signal.SIGINT, signal.SIGTERM):
             signal.signal(sig, lambda *_: stop.set())
         t_end = None if args.duration is None else time.monotonic() + args.duration
+        parent = os.getppid() if args.exit_with_parent else None
         while not stop.wait(0.2):
             if t_end is not None and time.monotonic() > t_end:
+                break
+            if parent is not None and os.getppid() != parent:  # re-parented: the starter is gone
+                print("the process that started this bridge exited: stopping", flush=True)
                 break
             for srv in started:
                 if srv.stream_error is not None:

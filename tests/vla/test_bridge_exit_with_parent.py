@@ -1,0 +1,84 @@
+"""A sim bridge started by `vla record / eval / rl` (``running_bridge``) stops when its starter dies,
+even by SIGKILL: an orphaned bridge would hold the site's ports (the next run would silently join
+it) and keep simulating."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+
+
+def _free_ports(n: int) -> list[int]:
+    socks = [socket.socket() for _ in range(n)]
+    for s in socks:
+        s.bind(("127.0.0.1", 0))
+    ports = [s.getsockname()[1] for s in socks]
+    for s in socks:
+        s.close()
+    return ports
+
+
+def _bridges_of(site: Path) -> list[int]:
+    """PIDs of processes whose command line serves ``site``."""
+    pids = []
+    for d in Path("/proc").iterdir():
+        if not d.name.isdigit():
+            continue
+        try:
+            cmd = (d / "cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if b"serve" in cmd and str(site).encode() in cmd:
+            pids.append(int(d.name))
+    return pids
+
+
+def test_the_bridge_a_command_started_stops_when_the_command_is_killed(tmp_path):
+    p = _free_ports(2)
+    site = tmp_path / "site.yaml"
+    site.write_text(textwrap.dedent(f"""\
+        name: orphan-test
+        description: one simulated arm on free ports
+        robot: {{arm: arm, cameras: []}}
+        devices:
+          arm:
+            driver: sim_franka
+            command: tcp://127.0.0.1:{p[0]}
+            stream: tcp://127.0.0.1:{p[1]}
+            params: {{realtime: false, seed: 0}}
+        """))
+    starter = textwrap.dedent(f"""
+        import sys, time
+        sys.path.insert(0, {str(REPO_ROOT)!r})
+        from robot_io.site import load_site
+        from vla.commands._bridge import running_bridge
+        with running_bridge(load_site({str(site)!r}), {str(tmp_path / 'bridge.log')!r}):
+            print("up", flush=True)
+            time.sleep(600)
+    """)
+    proc = subprocess.Popen([sys.executable, "-c", starter], stdout=subprocess.PIPE, text=True, cwd=REPO_ROOT)
+    try:
+        lines = [proc.stdout.readline().strip() for _ in range(2)]  # "starting the ... bridge", "up"
+        assert lines[-1] == "up", lines
+        bridges = _bridges_of(site)
+        assert len(bridges) == 1, bridges
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(10)
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and _bridges_of(site):
+            time.sleep(0.2)
+        left = _bridges_of(site)
+        assert not left, f"bridge {left} outlived the process that started it"
+        assert "stopping" in (tmp_path / "bridge.log").read_text()
+    finally:
+        proc.kill()
+        for pid in _bridges_of(site):
+            os.kill(pid, signal.SIGKILL)
