@@ -10,6 +10,10 @@ physics by one control period on the server.
 
 Hooks: ``reward_fn(env, obs, info) -> (reward, terminated)`` and ``reset_fn(env, seed)`` (the
 default reset asks the arm to reset, which in simulation also re-randomises the scene).
+``tick_callback(obs)`` (default ``None``: off) sees an observation after every row of a chunk
+but the last (whose observation ``step`` returns): ``vla eval`` records its videos at the control
+rate with it. Each call costs one extra observation; in streaming mode it is taken on the tick,
+before the next row goes out, so it adds its latency to that row.
 """
 
 from __future__ import annotations
@@ -93,6 +97,8 @@ class RobotEnv(gym.Env):
         })
         self._steps = 0
         self._last_obs = obs
+        self.tick_callback: Callable[[dict], None] | None = None
+        """Called with an observation after every row of a chunk but the last (see the module docstring)."""
 
     def _obs(self, newer_than_ns: int = 0, cameras_newer_than_ns: int | None = 0) -> dict:
         o = self.client.observe(self.instruction, newer_than_ns, cameras_newer_than_ns)
@@ -124,7 +130,7 @@ class RobotEnv(gym.Env):
             raise ValueError("action contains NaN or inf; nothing was sent")
         applied, clipped, late = [], [], []
         t_sent = 0
-        for row in chunk:
+        for i, row in enumerate(chunk):
             # Each row goes out at once (the previous step ended on a tick), then acts for one
             # control period: H rows take exactly H periods.
             t_sent = time.monotonic_ns()
@@ -133,6 +139,8 @@ class RobotEnv(gym.Env):
             clipped.append(list(reply.get("clipped", [])))
             if not self.client.sync:
                 late.append(self.clock.wait())
+            if self.tick_callback is not None and i < len(chunk) - 1:
+                self.tick_callback(self._obs(newer_than_ns=0 if self.client.sync else t_sent))
         # The arm state must postdate the last command; cameras give their newest frame (at equal
         # camera and control rates, insisting on a frame newer than the command would add a frame
         # of latency to every step).

@@ -5,8 +5,18 @@ so the default 100000 keeps evaluation scenes apart from demonstration scenes). 
 runs chunk after chunk (the first ``exec_steps`` rows of every chunk) until the task's success
 predicate holds or its ``max_steps`` control ticks are used. Reported per task: successes / n,
 the rate and its 95% Wilson interval, mean ticks of the successes. The first ``videos`` episodes
-of each task are saved as MP4 (all cameras side by side, one frame per executed chunk row
-group), and a bar chart with the intervals goes to ``success.png``.
+of each task are saved as MP4 (all cameras side by side, one frame per executed control tick,
+played at the control rate), and a bar chart with the intervals goes to ``success.png``.
+
+``evaluate_env`` does the same on any gymnasium env with the observation layout of DESIGN.md
+(``vla eval --env package.module:make_env``); success is ``info["success"]``.
+
+How an env is stepped (``run_episode``):
+
+* an env with a ``tick_callback`` hook (``robot_io.RobotEnv``) steps whole chunks and shows the
+  observation of every intermediate tick to the hook;
+* an env whose ``action_space`` is one action ``[A]`` steps row by row;
+* any other env steps whole chunks; its video holds the chunk's last frame for each of its ticks.
 """
 
 from __future__ import annotations
@@ -42,22 +52,43 @@ class EpisodeResult:
 
 
 def run_episode(env, policy: Callable[[dict], np.ndarray], seed: int, max_ticks: int,
-                frames: list[np.ndarray] | None = None) -> EpisodeResult:
+                frames: list[np.ndarray] | None = None, task: str | None = None) -> EpisodeResult:
+    """One seeded episode; ``frames`` (if given) gets one frame per executed control tick (+ the
+    first observation). See the module docstring for how the env is stepped."""
     t0 = time.perf_counter()
     obs, _ = env.reset(seed=seed)
     if frames is not None:
         frames.append(frame_image(obs, 0, False))
-    ticks, success = 0, False
-    while ticks < max_ticks:
-        chunk = policy(obs)[: max_ticks - ticks]
-        obs, reward, terminated, truncated, info = env.step(chunk)
-        ticks += len(chunk)
-        success = bool(info.get("success", reward > 0))
-        if frames is not None:
-            frames.append(frame_image(obs, ticks, success))
-        if terminated or truncated:
-            break
-    task = getattr(getattr(env, "task", None), "name", "env")
+    base = getattr(env, "unwrapped", env)
+    hooked = hasattr(base, "tick_callback")
+    shape = getattr(getattr(env, "action_space", None), "shape", None)
+    per_row = not hooked and shape is not None and len(shape) == 1
+    ticks, success, done = 0, False, False
+    if hooked and frames is not None:
+        def on_tick(o: dict) -> None:
+            frames.append(frame_image(o, ticks + len(frames) - start + 1, False))
+        base.tick_callback = on_tick
+    try:
+        while ticks < max_ticks and not done:
+            chunk = policy(obs)[: max_ticks - ticks]
+            steps = [row for row in chunk] if per_row else [chunk]
+            for action in steps:
+                start = len(frames) if frames is not None else 0
+                obs, reward, terminated, truncated, info = env.step(action)
+                n = 1 if per_row else len(chunk)
+                ticks += n
+                success = bool(info.get("success", reward > 0))
+                if frames is not None:
+                    held = n - 1 - (len(frames) - start)  # ticks the env showed no frame of
+                    frames.extend([frame_image(obs, ticks - 1, success)] * max(held, 0))
+                    frames.append(frame_image(obs, ticks, success))
+                if terminated or truncated:
+                    done = True
+                    break
+    finally:
+        if hooked and frames is not None:
+            base.tick_callback = None
+    task = task or getattr(getattr(env, "task", None), "name", "env")
     return EpisodeResult(task=task, seed=seed, success=success, ticks=ticks, wall_s=time.perf_counter() - t0)
 
 
@@ -128,27 +159,48 @@ def evaluate(model, client, tasks: list[str], episodes: int, out_dir: str, seed_
              exec_steps: int | None = None, videos: int = 2, control_hz: float = 10.0,
              instruction: str | None = None, progress: bool = True) -> dict[str, Any]:
     """Roll ``model`` out on a bridge ``client`` (a sim arm): see the module docstring."""
+    from vla.envs import task_env
+
+    def envs():
+        for task in tasks:
+            env = task_env(client, task, control_hz=control_hz, instruction=instruction)
+            yield task, env, env.max_ticks
+
+    return _evaluate(model, envs(), len(tasks), episodes, out_dir, seed_start, exec_steps, videos, control_hz,
+                     progress)
+
+
+def evaluate_env(model, env, name: str, episodes: int, out_dir: str, max_ticks: int, seed_start: int = 100_000,
+                 exec_steps: int | None = None, videos: int = 2, control_hz: float = 10.0,
+                 progress: bool = True) -> dict[str, Any]:
+    """Roll ``model`` out on a gymnasium ``env`` (DESIGN.md's observation layout, success in
+    ``info["success"]``) for ``episodes`` seeded episodes of at most ``max_ticks`` control ticks;
+    reported under ``name``. Videos play at ``control_hz``."""
+    return _evaluate(model, iter([(name, env, max_ticks)]), 1, episodes, out_dir, seed_start, exec_steps, videos,
+                     control_hz, progress)
+
+
+def _evaluate(model, envs, n_tasks: int, episodes: int, out_dir: str, seed_start: int, exec_steps: int | None,
+              videos: int, control_hz: float, progress: bool) -> dict[str, Any]:
     from tqdm import tqdm
 
-    from vla.envs import VLAPolicy, task_env
+    from vla.envs import VLAPolicy
 
     os.makedirs(os.path.join(out_dir, "videos"), exist_ok=True)
     policy = VLAPolicy(model, exec_steps)
     results: list[EpisodeResult] = []
-    bar = tqdm(total=episodes * len(tasks), desc="eval", unit="ep", disable=not progress)
+    bar = tqdm(total=episodes * n_tasks, desc="eval", unit="ep", disable=not progress)
     jsonl = open(os.path.join(out_dir, "episodes.jsonl"), "w")
     try:
-        for task in tasks:
-            env = task_env(client, task, control_hz=control_hz, instruction=instruction)
+        for task, env, max_ticks in envs:
             for i in range(episodes):
                 frames: list[np.ndarray] | None = [] if i < videos else None
-                r = run_episode(env, policy, seed_start + i, env.max_ticks, frames)
+                r = run_episode(env, policy, seed_start + i, max_ticks, frames, task=task)
                 results.append(r)
                 jsonl.write(json.dumps(dataclasses.asdict(r)) + "\n")
                 jsonl.flush()
                 if frames:
-                    write_video(frames, os.path.join(out_dir, "videos", f"{task}_seed{r.seed}.mp4"),
-                                fps=control_hz / policy.exec_steps)
+                    write_video(frames, os.path.join(out_dir, "videos", f"{task}_seed{r.seed}.mp4"), fps=control_hz)
                 bar.update(1)
                 done = [x for x in results if x.task == task]
                 bar.set_postfix_str(f"{task}: {sum(x.success for x in done)}/{len(done)}")
@@ -157,7 +209,7 @@ def evaluate(model, client, tasks: list[str], episodes: int, out_dir: str, seed_
         jsonl.close()
     summary = summarize(results)
     return {"tasks": summary, "exec_steps": policy.exec_steps, "seed_start": seed_start,
-            "episodes_per_task": episodes}
+            "episodes_per_task": episodes, "control_hz": control_hz}
 
 
 def format_table(summary: dict[str, Any]) -> str:

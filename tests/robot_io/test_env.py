@@ -78,3 +78,22 @@ def test_loop_clock_reanchors_after_a_stall():
     t0 = time.perf_counter()
     c.wait()
     assert time.perf_counter() - t0 > 0.005  # no burst of catch-up ticks
+
+
+def test_tick_callback_sees_every_intermediate_tick_and_is_off_by_default(cell):
+    site, arm, _ = cell
+    env = RobotEnv(RobotClient(site), instruction="go", control_hz=50.0)
+    assert env.tick_callback is None
+    env.reset(seed=1)
+    chunk = np.tile(np.array([0.01, 0, 0, 0, 0, 0, 1], np.float32), (4, 1))
+    seen: list[float] = []
+    env.tick_callback = lambda o: seen.append(float(o["state"][0]))
+    obs, *_ = env.step(chunk)
+    # rows 1..3 show the arm after each of them; row 4's observation is the one step returns
+    assert len(seen) == 3
+    np.testing.assert_allclose(seen, [0.51, 0.52, 0.53], atol=1e-6)
+    np.testing.assert_allclose(obs["state"][0], 0.54, atol=1e-6)
+    env.tick_callback = None
+    env.step(chunk)
+    assert len(seen) == 3
+    env.close()

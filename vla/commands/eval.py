@@ -18,6 +18,12 @@ examples:
   vla eval --checkpoint runs/vla_pick --task pick_red_cube --task pick_blue_cube --episodes 20
   vla eval --checkpoint runs/vla_pick/checkpoints/0004000 --task pick_red_cube --videos 5
   vla eval --checkpoint runs/vla_pick --task pick_red_cube --exec-steps 4   # re-plan every 4 ticks
+  vla eval --checkpoint runs/my_vla --env my_pkg.envs:make_env --max-ticks 200   # your own gymnasium env
+
+--env package.module:make_env: make_env() returns a gymnasium env whose observations are
+{"images": {camera: HxWx3 uint8}, "state": float32 [S], "instruction": str} and whose step info
+carries "success"; no bridge is started. Its action space is one action [A] (stepped row by row)
+or a whole chunk [H, A].
 
 CHECKPOINT is a checkpoint directory (config.json + model.safetensors: compact VLA, or a LeRobot
 pi0 / pi05 / SmolVLA policy directory) or a `vla train` run directory (its final model).
@@ -25,6 +31,12 @@ pi0 / pi05 / SmolVLA policy directory) or a `vla train` run directory (its final
     p.add_argument("--checkpoint", required=True, help="checkpoint or run directory")
     p.add_argument("--task", action="append", dest="tasks", metavar="TASK",
                    help="sim task (repeat); default: the tasks the checkpoint was trained on, if known")
+    p.add_argument("--env", default=None, metavar="MODULE:FN",
+                   help="evaluate on the gymnasium env that package.module:make_env builds instead of the sim tasks")
+    p.add_argument("--max-ticks", type=int, default=None,
+                   help="--env: control ticks per episode (default: the env's max_episode_steps / spec, else 200)")
+    p.add_argument("--control-hz", type=float, default=10.0,
+                   help="control rate: the sim tasks' clock and the videos' frame rate (default 10)")
     p.add_argument("--robot", default="sim-franka-fast",
                    help="site preset or YAML of a simulated arm (default sim-franka-fast: physics as fast as the CPU allows)")
     p.add_argument("--episodes", type=int, default=20, help="episodes per task (default 20)")
@@ -48,7 +60,7 @@ def run(args) -> int:
     from robot_io.robot import RobotClient
     from robot_io.site import load_site
     from vla.commands._bridge import running_bridge
-    from vla.evaluate import evaluate, format_table, plot_success
+    from vla.evaluate import evaluate
     from vla.models import load_vla
     from vla.train import resolve_checkpoint
 
@@ -56,8 +68,14 @@ def run(args) -> int:
         raise ValueError("--episodes must be positive")
     if args.threads:
         torch.set_num_threads(args.threads)
+    if args.env:
+        from vla.envs import load_env_factory
+
+        make_env = load_env_factory(args.env)  # a wrong spec fails before the model loads
     ckpt = resolve_checkpoint(args.checkpoint)
     model = load_vla(ckpt).eval()
+    if args.env:
+        return _run_env(args, model, ckpt, make_env)
     tasks = args.tasks
     if not tasks:
         with open(os.path.join(ckpt, "config.json")) as f:
@@ -68,18 +86,57 @@ def run(args) -> int:
 
     for t in tasks:
         get_task(t)  # typos fail now, with a suggestion
-    run_root = os.path.dirname(os.path.dirname(ckpt)) if os.path.basename(os.path.dirname(ckpt)) == "checkpoints" \
-        else os.path.dirname(ckpt)
-    out = args.out or os.path.join(run_root, f"eval-{dt.datetime.now():%Y%m%d-%H%M%S}")
-    os.makedirs(out, exist_ok=True)
+    run_root, out = _out_dir(args, ckpt)
     site = load_site(args.robot)
     with running_bridge(site, os.path.join(out, "bridge.log"), start=args.serve):
         client = RobotClient(site)
         try:
             report = evaluate(model, client, tasks, args.episodes, out, seed_start=args.seed_start,
-                              exec_steps=args.exec_steps, videos=args.videos, instruction=args.instruction)
+                              exec_steps=args.exec_steps, videos=args.videos, instruction=args.instruction,
+                              control_hz=args.control_hz)
         finally:
             client.close()
+    return _report(args, report, ckpt, run_root, out)
+
+
+def _out_dir(args, ckpt: str) -> tuple[str, str]:
+    run_root = os.path.dirname(os.path.dirname(ckpt)) if os.path.basename(os.path.dirname(ckpt)) == "checkpoints" \
+        else os.path.dirname(ckpt)
+    out = args.out or os.path.join(run_root, f"eval-{dt.datetime.now():%Y%m%d-%H%M%S}")
+    os.makedirs(out, exist_ok=True)
+    return run_root, out
+
+
+def _run_env(args, model, ckpt: str, make_env) -> int:
+    """``--env``: the user's gymnasium env instead of the sim tasks (no bridge)."""
+    from vla.evaluate import evaluate_env
+
+    if args.tasks:
+        raise ValueError("--task names a sim task; with --env the env decides the task (drop --task)")
+    env = make_env()
+    max_ticks = args.max_ticks or getattr(env, "max_ticks", None) or getattr(env, "max_episode_steps", None) \
+        or getattr(getattr(env, "spec", None), "max_episode_steps", None) or 200
+    if max_ticks <= 0:
+        raise ValueError("--max-ticks must be positive")
+    if args.instruction is not None:
+        raise ValueError("--instruction overrides the sim tasks' prompts; with --env the env's observation "
+                         "carries the instruction")
+    run_root, out = _out_dir(args, ckpt)
+    name = args.env.split(":", 1)[1]
+    try:
+        report = evaluate_env(model, env, name, args.episodes, out, int(max_ticks), seed_start=args.seed_start,
+                              exec_steps=args.exec_steps, videos=args.videos, control_hz=args.control_hz)
+    finally:
+        env.close()
+    report["env"] = args.env
+    return _report(args, report, ckpt, run_root, out)
+
+
+def _report(args, report: dict, ckpt: str, run_root: str, out: str) -> int:
+    import json
+
+    from vla.evaluate import format_table, plot_success
+
     report["checkpoint"] = os.path.abspath(ckpt)
     with open(os.path.join(out, "eval.json"), "w") as f:
         json.dump(report, f, indent=2)

@@ -16,6 +16,15 @@ Handles the RL modules steer with:
 * ``sample_actions_stochastic`` (GRPO / LfH): a stochastic version of the sampler that returns
   the chain of intermediate samples and the per-step log-probabilities of its transitions;
   ``chain_logprob`` re-evaluates them under the current weights (with gradients).
+* ``embed(obs) -> [B, embed_dim]`` and ``sample_actions_from_embedding(emb, noise, ...)`` (DSRL-NA
+  re-generates chunks for replayed states from stored features; the first ``embed_summary_dim``
+  columns are what a critic should read), ``normalize_actions`` / ``unnormalize_actions`` (robot
+  units <-> the sampler's own action units, which ``sample_actions_from_embedding(normalized=True)``
+  returns).
+
+A backbone that lacks an optional handle raises ``NotImplementedError`` naming it;
+``require_handles(*names)`` (called when an RL method is built) raises one ``ValueError`` naming
+every missing or unsupported handle and the backbone.
 
 Training modes (``set_mode``): ``frozen`` (nothing trains), ``lora`` (peft adapters on the
 backbone's ``lora_targets`` + the action head train), ``full`` (everything but the frozen text
@@ -115,11 +124,80 @@ class VLA(nn.Module, abc.ABC):
     def loss(self, batch: dict) -> tuple[torch.Tensor, dict[str, float]]:
         """Supervised loss on a batch (obs fields + ``action`` [B, H, A] + ``action_is_pad`` [B, H])."""
 
+    # -- steering handles with a default that says the backbone lacks them -------------------
+    @property
+    def embed_dim(self) -> int:
+        """Columns D of ``embed()``'s features [B, D] (what a replay buffer stores per state)."""
+        raise NotImplementedError(self._missing("embed_dim"))
+
+    @property
+    def embed_summary_dim(self) -> int:
+        """The first ``embed_summary_dim`` columns of ``embed()`` are a fixed-size summary of the
+        observation that a critic may read; the rest (if any) is what ``sample_actions_from_embedding``
+        needs to rebuild the denoiser's conditioning. Default: all of it."""
+        return self.embed_dim
+
+    def normalize_actions(self, a: torch.Tensor) -> torch.Tensor:
+        """Robot units [..., A] -> the sampler's own action units [..., A] (what
+        ``sample_actions_from_embedding(normalized=True)`` returns)."""
+        raise NotImplementedError(self._missing("normalize_actions"))
+
+    def unnormalize_actions(self, a: torch.Tensor) -> torch.Tensor:
+        """The sampler's own action units [..., A] -> robot units [..., A]."""
+        raise NotImplementedError(self._missing("unnormalize_actions"))
+
     def sample_actions_from_embedding(self, emb: torch.Tensor, noise=None, token=None,
                                       num_steps: int | None = None, normalized: bool = False) -> torch.Tensor:
-        """Actions from stored ``embed`` features (DSRL-NA re-generates chunks for replayed states).
-        ``normalized`` returns the sampler's own units (what the noise maps to) instead of robot units."""
-        raise NotImplementedError(f"{type(self).__name__} cannot sample from a stored embedding")
+        """Actions [B, H, A] from stored ``embed`` features with supplied ``noise`` (DSRL-NA
+        re-generates chunks for replayed states). ``normalized`` returns the sampler's own units
+        (what the noise maps to) instead of robot units. With the same noise,
+        ``sample_actions_from_embedding(embed(obs), noise)`` equals ``sample_actions(obs, noise)``."""
+        raise NotImplementedError(self._missing("sample_actions_from_embedding"))
+
+    # -- checking handles --------------------------------------------------------------------
+    HANDLES = {
+        "noise": "the sampler's initial noise (noise_shape)",
+        "token": "behaviour tokens (num_tokens > 0)",
+        "instruction": "the instruction text as the prompt",
+        "embed": "observation features embed(obs) -> [B, D]",
+        "embed_dim": "the width D of embed()",
+        "normalize_actions": "robot units -> the sampler's action units",
+        "unnormalize_actions": "the sampler's action units -> robot units",
+        "sample_actions_from_embedding": "actions from stored embed() features and supplied noise",
+        "sample_actions_stochastic": "a stochastic sampler with per-step log-probabilities",
+        "chain_logprob": "log-probabilities of a stochastic chain under the current weights",
+    }
+    """Steering handles an RL method may require (``require_handles``), with what each one is."""
+
+    def backbone_name(self) -> str:
+        """How errors name this backbone (class, and the LeRobot policy kind where there is one)."""
+        kind = getattr(self, "kind", "")
+        return f"{type(self).__name__} ({kind})" if kind else type(self).__name__
+
+    def _missing(self, handle: str) -> str:
+        return f"the {self.backbone_name()} backbone does not implement the steering handle '{handle}'"
+
+    def unsupported_handles(self) -> dict[str, str]:
+        """Handles this backbone has but cannot serve in its current configuration: name -> why."""
+        return {} if self.num_tokens > 0 else {"token": "it has no behaviour tokens (num_tokens = 0)"}
+
+    def require_handles(self, *names: str) -> None:
+        """Raise ``ValueError`` naming every handle in ``names`` that this backbone lacks (not
+        implemented, or unsupported as configured), and the backbone; an RL method calls it when it
+        is built. Known handles: ``VLA.HANDLES``."""
+        unknown = [n for n in names if n not in self.HANDLES]
+        if unknown:
+            raise ValueError(f"unknown steering handle(s) {unknown}; known: {sorted(self.HANDLES)}")
+        unsupported = self.unsupported_handles()
+        problems = []
+        for n in names:
+            if n in unsupported:
+                problems.append(f"'{n}' ({self.HANDLES[n]}): unsupported, {unsupported[n]}")
+            elif n in VLA.__dict__ and _overrides(type(self), n) is VLA.__dict__[n]:
+                problems.append(f"'{n}' ({self.HANDLES[n]}): not implemented")
+        if problems:
+            raise ValueError(f"the {self.backbone_name()} backbone lacks steering handle(s) this needs: "
+                             + "; ".join(problems))
 
     # -- training modes --------------------------------------------------------------------
     def backbone_modules(self) -> dict[str, nn.Module]:
@@ -141,3 +219,11 @@ class VLA(nn.Module, abc.ABC):
 
     def trainable_parameters(self) -> list[nn.Parameter]:
         return [p for p in self.parameters() if p.requires_grad]
+
+
+def _overrides(cls: type, name: str) -> Any:
+    """The class attribute ``name`` as ``cls`` resolves it (the base class's when not overridden)."""
+    for klass in cls.__mro__:
+        if name in klass.__dict__:
+            return klass.__dict__[name]
+    return None

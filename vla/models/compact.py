@@ -227,6 +227,11 @@ class CompactVLA(VLA):
     def num_tokens(self) -> int:
         return self.cfg.num_tokens
 
+    @property
+    def embed_dim(self) -> int:
+        """``embed()`` is the flow head's condition vector (cond_dim): summary and denoiser input at once."""
+        return self.cfg.cond_dim
+
     def backbone_modules(self) -> dict[str, nn.Module]:
         return {"trunk": self.trunk}
 

@@ -30,6 +30,11 @@ Conventions:
 * Normalisation stats come from the checkpoint's saved processor files, else from ``stats``;
   with neither, state and actions pass through un-normalised (a warning says so).
 * ``token`` (ExToken) is not supported: these backbones have no behaviour tokens.
+* Steering handles: ``normalize_actions`` / ``unnormalize_actions`` are the processors' action
+  (un)normaliser (the sampler's units are its normalised space, the real ``A`` dims); refused with
+  relative actions or the pi-aloha conversion, which need the observation. ``embed`` rows carry
+  the denoiser's prefix so that ``sample_actions_from_embedding`` works on stored rows; see
+  ``LeRobotVLA.embed`` for the layout and its cost.
 
 lerobot 0.6.1 pins ``transformers<5.6``; with a newer transformers two library calls changed
 signature (``create_causal_mask``, ``DynamicCache.crop``). ``patch_lerobot_for_transformers``
@@ -161,6 +166,8 @@ class LeRobotVLA(VLA):
     kind: str = ""
     policy_class_path: tuple[str, str] = ("", "")
     lora_targets: tuple[str, ...] = ("q_proj", "v_proj")
+    uses_state_token: bool = False
+    """The action expert reads the state itself (pi0), besides the prefix."""
 
     def __init__(self, policy: nn.Module, tokenizer: Any = None, camera_map: Mapping[str, str] | None = None,
                  stats: Mapping[str, Mapping[str, Any]] | None = None, preprocessor: Any = None,
@@ -412,8 +419,18 @@ class LeRobotVLA(VLA):
         """The model's own deterministic sampler -> normalised padded chunk."""
 
     @abc.abstractmethod
+    def _embed_prefix(self, inputs: dict[str, Any]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """The model's ``embed_prefix``: -> prefix embeddings [B, L, D], pad masks [B, L], attention masks [B, L]."""
+
+    @abc.abstractmethod
+    def _prefix_from_embs(self, embs: torch.Tensor, pad_masks: torch.Tensor, att_masks: torch.Tensor,
+                          state: torch.Tensor | None) -> _Prefix:
+        """One VLM pass over the prefix embeddings -> hidden states + KV cache."""
+
     def _prefix(self, inputs: dict[str, Any]) -> _Prefix:
         """One VLM pass over images, language (and state) -> hidden states + KV cache."""
+        embs, pad_masks, att_masks = self._embed_prefix(inputs)
+        return self._prefix_from_embs(embs, pad_masks, att_masks, inputs["state"] if self.uses_state_token else None)
 
     @abc.abstractmethod
     def _velocity(self, prefix: _Prefix, x: torch.Tensor, t: torch.Tensor) -> torch.Tensor:
@@ -488,13 +505,149 @@ class LeRobotVLA(VLA):
 
     # -- features and loss ----------------------------------------------------------------------
     def embed(self, obs: dict) -> torch.Tensor:
-        """Mean over the real prefix tokens (images, language, and state for SmolVLA) of the VLM's
-        last hidden states -> float32 [B, D]. Gradients flow unless the caller disables them."""
+        """-> float32 [B, embed_dim]: ``[summary | prefix]``.
+
+        * ``summary`` (the first ``embed_summary_dim`` = VLM width columns): the mean over the real
+          prefix tokens (images, language, and state for SmolVLA) of the VLM's last hidden states,
+          what a critic may read. Gradients flow through it unless the caller disables them.
+        * ``prefix`` (detached): what the denoiser needs, so that ``sample_actions_from_embedding``
+          re-generates chunks for a stored state (DSRL-NA's replayed states): the prefix input
+          embeddings (vision tower + language embedding output) [L, D], their pad and attention
+          masks [L] each, and for pi0 the padded normalised state [max_state_dim]. The language is
+          padded to ``tokenizer_max_length`` here, so that L (and ``embed_dim``) is fixed.
+
+        Cost: ``(1 + L) * D + 2 L (+ max_state_dim)`` floats per row. The stock models, 3 cameras and
+        48 language tokens, come to about L = 241, D = 960 (SmolVLA: ~0.23 M floats, ~0.9 MB) and
+        L = 816, D = 2048 (pi0 / pi05: ~1.7 M floats, ~6.7 MB); a replay buffer of such rows needs a
+        GPU-box's memory (the tiny test models: a few hundred floats). Sampling from it skips the
+        tokenizer and the vision tower but re-runs the VLM over the prefix (the dominant cost of a
+        ``sample_actions`` call) and the denoising steps."""
         with torch.no_grad():
-            inputs = self._model_inputs(self._preprocess(obs))
-        prefix = self._prefix(inputs)
+            inputs = self._pad_language(self._model_inputs(self._preprocess(obs)))
+        embs, pad_masks, att_masks = self._embed_prefix(inputs)
+        state = inputs["state"] if self.uses_state_token else None
+        prefix = self._prefix_from_embs(embs, pad_masks, att_masks, state)
         m = prefix.pad_masks[..., None].to(prefix.hidden.dtype)
-        return ((prefix.hidden * m).sum(1) / m.sum(1).clamp_min(1.0)).float()
+        summary = ((prefix.hidden * m).sum(1) / m.sum(1).clamp_min(1.0)).float()
+        self._prefix_dtype = embs.dtype
+        parts = [summary, embs.detach().float().flatten(1), pad_masks.detach().float(), att_masks.detach().float()]
+        if state is not None:
+            parts.append(state.detach().float())
+        return torch.cat(parts, dim=1)
+
+    def _pad_language(self, inputs: dict[str, Any]) -> dict[str, Any]:
+        """Language tokens padded (masked out) to ``tokenizer_max_length``: a fixed prefix length
+        whatever the instruction (the padding is masked, so the model's outputs do not change)."""
+        n, tokens = int(self.policy.config.tokenizer_max_length), inputs["tokens"]
+        if tokens.shape[1] >= n:
+            return inputs
+        extra = n - tokens.shape[1]
+        pad_id = getattr(self.tokenizer, "pad_token_id", None) or 0
+        return {**inputs, "tokens": torch.cat([tokens, tokens.new_full((tokens.shape[0], extra), pad_id)], 1),
+                "masks": torch.cat([inputs["masks"], inputs["masks"].new_zeros((tokens.shape[0], extra))], 1)}
+
+    @property
+    def embed_summary_dim(self) -> int:
+        """The VLM's width: the pooled hidden state at the front of ``embed()``."""
+        return self._embed_layout()[0]
+
+    @property
+    def embed_dim(self) -> int:
+        d, length, s = self._embed_layout()
+        return d + length * d + 2 * length + s
+
+    def _embed_layout(self) -> tuple[int, int, int]:
+        """(D, L, S) of ``embed()``'s rows, found once by embedding a blank observation."""
+        if getattr(self, "_layout", None) is None:
+            obs = {"images": {}, "instruction": [""],
+                   "state": torch.zeros(1, self._state_dim or int(self.policy.config.max_state_dim))}
+            for cam, key in self.camera_map.items():
+                feat = self.policy.config.image_features.get(key)
+                h, w = (int(feat.shape[1]), int(feat.shape[2])) if feat is not None else (32, 32)
+                obs["images"][cam] = torch.zeros(1, h, w, 3, dtype=torch.uint8)
+            with torch.no_grad():
+                inputs = self._pad_language(self._model_inputs(self._preprocess(obs)))
+                embs, _, _ = self._embed_prefix(inputs)
+            self._prefix_dtype = embs.dtype
+            s = int(inputs["state"].shape[1]) if self.uses_state_token else 0
+            self._layout = (int(embs.shape[2]), int(embs.shape[1]), s)
+        return self._layout
+
+    def _prefix_from_embedding(self, emb) -> _Prefix:
+        """``embed()`` rows -> the denoiser's prefix (one VLM pass over the stored prefix embeddings)."""
+        d, length, s = self._embed_layout()
+        emb = torch.as_tensor(emb, dtype=torch.float32, device=self.device)
+        if emb.ndim != 2 or emb.shape[1] != self.embed_dim:
+            raise ValueError(f"embedding must be [B, {self.embed_dim}] (rows of this {self.kind} adapter's embed()), "
+                             f"got {list(emb.shape)}")
+        b, i = emb.shape[0], d
+        embs = emb[:, i: i + length * d].reshape(b, length, d).to(self._prefix_dtype)
+        i += length * d
+        pad_masks, att_masks = emb[:, i: i + length] > 0.5, emb[:, i + length: i + 2 * length] > 0.5
+        state = emb[:, i + 2 * length:] if s else None
+        return self._prefix_from_embs(embs, pad_masks, att_masks, state)
+
+    def sample_actions_from_embedding(self, emb: torch.Tensor, noise=None, token=None,
+                                      num_steps: int | None = None, normalized: bool = False) -> torch.Tensor:
+        """The model's Euler sampler from ``noise`` on the prefix stored in ``emb`` (rows of
+        ``embed()``) -> [B, chunk_size, A]: robot units, or with ``normalized`` the model's
+        normalised units (the real ``A`` dims of its padded action space; ``unnormalize_actions``
+        maps them to robot units). Equals ``sample_actions(obs, noise)`` for ``emb = embed(obs)``
+        up to float rounding. Cost: see ``embed``."""
+        self._check_token(token)
+        steps = self._check_steps(num_steps)
+        with torch.no_grad():
+            prefix = self._prefix_from_embedding(emb)
+            x = self._check_noise(noise, prefix.pad_masks.shape[0])
+            dt = -1.0 / steps
+            for k in range(steps):  # LeRobot's euler_integrate: t = 1 + k dt, x <- x + dt v(x, t)
+                x = x + dt * self._velocity(prefix, x, self._times(k, steps, x.shape[0]))
+            if normalized:
+                return x[:, :, : self._action_dim].to(torch.float32)
+            return self._finish_actions(x)
+
+    # -- action units ------------------------------------------------------------------------------
+    def unsupported_handles(self) -> dict[str, str]:
+        out = super().unsupported_handles()
+        c = self.policy.config
+        why = None
+        if getattr(c, "use_relative_actions", False):
+            why = "the policy predicts actions relative to the observed state (use_relative_actions)"
+        elif getattr(c, "adapt_to_pi_aloha", False):
+            why = "the policy's actions pass through the pi-aloha conversion (adapt_to_pi_aloha)"
+        if why:
+            out.update(normalize_actions=why, unnormalize_actions=why)
+        return out
+
+    def _action_step(self, pipeline: Any, cls_name: str) -> Any:
+        problem = self.unsupported_handles().get("normalize_actions")
+        if problem:
+            raise ValueError(f"the {self.backbone_name()} backbone cannot map actions between units without the "
+                             f"observation: {problem}")
+        from lerobot.processor import NormalizerProcessorStep, UnnormalizerProcessorStep
+
+        cls = {"normalize": NormalizerProcessorStep, "unnormalize": UnnormalizerProcessorStep}[cls_name]
+        steps = [st for st in getattr(pipeline, "steps", []) if isinstance(st, cls)]
+        return steps[0] if steps else None  # no normaliser: the units are the robot's
+
+    def _map_actions(self, a, pipeline: Any, which: str) -> torch.Tensor:
+        from lerobot.processor import TransitionKey
+
+        a = torch.as_tensor(a, dtype=torch.float32, device=self.device)
+        if a.shape[-1] != self._action_dim:
+            raise ValueError(f"actions must be [..., A={self._action_dim}], got {list(a.shape)}")
+        step = self._action_step(pipeline, which)
+        if step is None:
+            return a
+        return step({TransitionKey.ACTION: a})[TransitionKey.ACTION].to(self.device, torch.float32)
+
+    def normalize_actions(self, a: torch.Tensor) -> torch.Tensor:
+        """Robot units [..., A] -> the model's normalised action units (its preprocessor's normaliser)."""
+        return self._map_actions(a, self.preprocessor, "normalize")
+
+    def unnormalize_actions(self, a: torch.Tensor) -> torch.Tensor:
+        """The model's normalised action units [..., A] -> robot units (its postprocessor's unnormaliser)."""
+        return self._map_actions(a, self.postprocessor, "unnormalize")
 
     def _lerobot_train_batch(self, batch: dict) -> dict[str, Any]:
         if ACTION_KEY not in batch:
@@ -564,21 +717,22 @@ class _PaliGemmaAdapter(LeRobotVLA):
             args.append(inputs["state"])
         return self.policy.model.sample_actions(*args, noise=noise, num_steps=num_steps)
 
-    def _prefix(self, inputs: dict[str, Any]) -> _Prefix:
+    def _embed_prefix(self, inputs: dict[str, Any]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        return self.policy.model.embed_prefix(inputs["images"], inputs["img_masks"], inputs["tokens"], inputs["masks"])
+
+    def _prefix_from_embs(self, embs: torch.Tensor, pad_masks: torch.Tensor, att_masks: torch.Tensor,
+                          state: torch.Tensor | None) -> _Prefix:
         """The prefix pass of ``PI0Pytorch.sample_actions``, keeping the hidden states too."""
         from lerobot.policies.common.vla_utils import make_att_2d_masks, prepare_attention_masks_4d
 
         m = self.policy.model
-        embs, pad_masks, att_masks = m.embed_prefix(inputs["images"], inputs["img_masks"], inputs["tokens"],
-                                                    inputs["masks"])
         att_2d = make_att_2d_masks(pad_masks, att_masks)
         position_ids = torch.cumsum(pad_masks, dim=1) - 1
         m.paligemma_with_expert.paligemma.model.language_model.config._attn_implementation = "eager"  # noqa: SLF001
         (hidden, _), past_key_values = m.paligemma_with_expert.forward(
             attention_mask=prepare_attention_masks_4d(att_2d), position_ids=position_ids, past_key_values=None,
             inputs_embeds=[embs, None], use_cache=True)
-        return _Prefix(hidden=hidden, pad_masks=pad_masks, past_key_values=past_key_values,
-                       state=inputs.get("state"))
+        return _Prefix(hidden=hidden, pad_masks=pad_masks, past_key_values=past_key_values, state=state)
 
     def _velocity(self, prefix: _Prefix, x: torch.Tensor, t: torch.Tensor) -> torch.Tensor:
         kwargs = {"state": prefix.state} if self.uses_state_token else {}
@@ -735,13 +889,17 @@ class LeRobotSmolVLA(LeRobotVLA):
             actions = self.policy._pi_aloha_encode_actions(actions)
         return super()._finish_actions(actions)
 
-    def _prefix(self, inputs: dict[str, Any]) -> _Prefix:
-        """The prefix pass of ``VLAFlowMatching.sample_actions``, keeping the hidden states too."""
+    def _embed_prefix(self, inputs: dict[str, Any]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        return self.policy.model.embed_prefix(inputs["images"], inputs["img_masks"], inputs["tokens"], inputs["masks"],
+                                              state=inputs["state"])
+
+    def _prefix_from_embs(self, embs: torch.Tensor, pad_masks: torch.Tensor, att_masks: torch.Tensor,
+                          state: torch.Tensor | None) -> _Prefix:
+        """The prefix pass of ``VLAFlowMatching.sample_actions``, keeping the hidden states too (the
+        state is a prefix token here)."""
         from lerobot.policies.common.vla_utils import make_att_2d_masks
 
         m = self.policy.model
-        embs, pad_masks, att_masks = m.embed_prefix(inputs["images"], inputs["img_masks"], inputs["tokens"],
-                                                    inputs["masks"], state=inputs["state"])
         position_ids = torch.cumsum(pad_masks, dim=1) - 1
         (hidden, _), past_key_values = m.vlm_with_expert.forward(
             attention_mask=make_att_2d_masks(pad_masks, att_masks), position_ids=position_ids,
