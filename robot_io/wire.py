@@ -202,7 +202,7 @@ def decode(frames: Sequence, types: Mapping[str, MessageType] | None = None,
 
     ``types`` / ``version``: the schema and version to check against (default: the bridge's
     ``MESSAGE_TYPES`` and ``PROTOCOL_VERSION``). Other links that use this framing, such as the
-    RL actor-learner link (``vla.rl_remote``), pass their own. ``field_types``: exact types of
+    RL actor-learner link (``session.protocol``), pass their own. ``field_types``: exact types of
     type-specific header fields, checked where present (default: the bridge's
     ``HEADER_FIELD_TYPES`` with the bridge's schema, none with another schema)."""
     if types is None:

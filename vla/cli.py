@@ -47,7 +47,7 @@ def _user_errors() -> tuple[type[BaseException], ...]:
     from robot_io.client import BridgeError
     from robot_io.security import SecurityError
     from robot_io.site import SiteError
-    from vla.rl_remote import RemoteRLError  # imports no torch
+    from session.protocol import RemoteRLError  # imports no torch
 
     return (SiteError, SecurityError, BridgeError, RemoteRLError, FileNotFoundError, ValueError, KeyError)
 

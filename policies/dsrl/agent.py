@@ -54,53 +54,9 @@ from torch import nn
 
 from policies.common.encoders import SmallImageStateEncoder, count_parameters, shift_observations
 from policies.common.replay import ReplayBuffer, sample_mixed
-from policies.common.sac import SAC, EnsembleCritic, SACConfig
-
-VARIANTS = ("sac", "na", "action")
-ENCODERS = ("vla", "cnn")
-
-
-@dataclasses.dataclass(frozen=True)
-class DSRLConfig:
-    variant: str = "na"
-    """``na`` (noise-aliased, recommended), ``sac`` (SAC directly in noise space) or ``action``
-    (baseline: SAC on the raw action chunk, not steering the VLA)."""
-    noise_bound: float = 1.5
-    """b: the agent's noise lies in [-b, b]^d (paper: 1.0 - 2.5)."""
-    noise_dims: int | None = None
-    """None: w has H*A dims (the whole chunk's noise). A: one A-dim w tiled over the H rows (pi0 option)."""
-    exec_steps: int | None = None
-    """Rows of each chunk executed per macro-step (default: the whole chunk)."""
-    warmup_steps: int = 100
-    """Macro-steps with w ~ N(0, I) (the base VLA's own behaviour) before any update."""
-    distill_steps: int = 10
-    """NA: Q^W distillation steps per update round."""
-    encoder: str = "vla"
-    """What actor and critics read: ``vla`` (the frozen VLA's embedding) or ``cnn`` (camera frames at
-    ``image_size`` + robot state through a small CNN trained by the critic loss, as DSRL on pi0)."""
-    image_size: int = 64
-    """cnn: side of the square uint8 camera frames the encoder reads (and the replay buffers store)."""
-    image_pad: int = 4
-    """cnn: DrQ random shift of the replayed frames by up to +-image_pad pixels per critic update (0: none)."""
-    sac: SACConfig = SACConfig(utd=20, init_log_std=0.0)
-    """SAC settings (action_scale is set from noise_bound). ``init_log_std`` 0: the first noise policy
-    is b tanh(N(0, I)), close to the N(0, I) the VLA denoises, so a session starts at the base VLA."""
-
-    def __post_init__(self) -> None:
-        if self.variant not in VARIANTS:
-            raise ValueError(f"DSRLConfig.variant must be one of {VARIANTS}, got {self.variant!r}")
-        if not self.noise_bound > 0:
-            raise ValueError(f"DSRLConfig.noise_bound must be positive, got {self.noise_bound}")
-        if self.warmup_steps < 0 or self.distill_steps < 1:
-            raise ValueError("DSRLConfig.warmup_steps must be >= 0 and distill_steps >= 1")
-        if self.encoder not in ENCODERS:
-            raise ValueError(f"DSRLConfig.encoder must be one of {ENCODERS}, got {self.encoder!r}")
-        if self.image_size < 16 or self.image_size % 16:
-            raise ValueError(f"DSRLConfig.image_size must be a positive multiple of 16 (the CNN halves it 4 times), "
-                             f"got {self.image_size}")
-        if not 0 <= self.image_pad < self.image_size // 2:
-            raise ValueError(f"DSRLConfig.image_pad must be in [0, {self.image_size // 2}), got {self.image_pad}")
-
+from policies.base import Act, Agent, check_handles
+from policies.common.sac import SAC, EnsembleCritic
+from policies.dsrl.config import ENCODERS, VARIANTS, DSRLConfig  # noqa: F401
 
 class _Select(nn.Module):
     """SAC 'encoder' that reads the stored VLA features: obs {"feat": [B, D]} -> [B, D]."""
@@ -113,8 +69,8 @@ class _Select(nn.Module):
         return obs["feat"]
 
 
-class DSRLAgent:
-    """Args:
+class DSRLAgent(Agent):
+    """The DSRL agent (``policies.base.Agent``; ``vla rl --method dsrl``). Args:
         vla: the frozen VLA (``noise_shape``, ``embed``, ``sample_actions_from_embedding``, ...).
         feat_dim: size of ``vla.embed()`` (default: ``vla.cfg.cond_dim``); needed unless the agent
             never reads the embedding (encoder ``cnn`` with variant ``sac`` / ``action``).
@@ -124,15 +80,20 @@ class DSRLAgent:
     def __init__(self, vla, cfg: DSRLConfig = DSRLConfig(), seed: int = 0, feat_dim: int | None = None,
                  cameras: list[str] | tuple[str, ...] | None = None, state_dim: int | None = None) -> None:
         self.vla, self.cfg = vla, cfg
-        self.h, self.a = (int(x) for x in vla.noise_shape)
-        self.exec_steps = cfg.exec_steps or self.h
-        if not 1 <= self.exec_steps <= self.h:
-            raise ValueError(f"exec_steps must be in [1, {self.h}], got {cfg.exec_steps}")
+        self.h, self.a = (int(x) for x in vla.noise_shape)  # the sampler's noise [H, A]
+        horizon, self.action_width = (int(x) for x in vla.action_shape)  # the chunk it returns
+        if cfg.variant == "action" and (horizon, self.action_width) != (self.h, self.a):
+            raise ValueError(f"variant 'action' needs the VLA's noise shape {(self.h, self.a)} to be its action "
+                             f"shape {(horizon, self.action_width)}")
+        self.exec_steps = cfg.exec_steps or horizon
+        if not 1 <= self.exec_steps <= horizon:
+            raise ValueError(f"exec_steps must be in [1, {horizon}], got {cfg.exec_steps}")
         if cfg.noise_dims not in (None, self.h * self.a, self.a):
             raise ValueError(f"noise_dims must be None, {self.h * self.a} (H*A) or {self.a} (A, tiled over the "
                              f"chunk), got {cfg.noise_dims}")
         self.noise_dim = cfg.noise_dims or self.h * self.a
-        self.feat_dim = feat_dim or int(getattr(getattr(vla, "cfg", None), "cond_dim", 0))
+        # the embedding's size: the VLA interface's ``embedding_dim`` where it has one
+        self.feat_dim = feat_dim or _embed_dim(vla)
         # NA re-generates chunks pi_vla(s, w) from the stored embedding, whatever the encoder
         stores_feat = cfg.encoder == "vla" or cfg.variant == "na"
         if stores_feat and not self.feat_dim:
@@ -163,7 +124,9 @@ class DSRLAgent:
         # NA: the encoder learns from Q^A's TD loss (below), not from Q^W's distillation
         self.sac = SAC(None, self.noise_dim, sac_cfg, encoder=encoder, seed=seed,
                        critic_trains_encoder=cfg.variant != "na")
-        self.chunk_dim = self.exec_steps * self.a
+        self.chunk_dim = self.exec_steps * self.action_width
+        self.chunk_shape = (self.exec_steps, self.action_width)
+        self.action_dim = self.noise_dim  # the stored agent action: the noise w
         if cfg.variant == "na":
             with torch.random.fork_rng(devices=[]):
                 torch.manual_seed(seed + 1)
@@ -217,6 +180,68 @@ class DSRLAgent:
             b = self.sac.cfg.action_scale
             return torch.from_numpy(np.clip(w, -b, b))
         return self.sac.act(obs, deterministic=deterministic, generator=generator or self.sac.generator)
+
+    # -- the Agent interface (policies.base) ---------------------------------------------------
+    name = "dsrl"
+    HANDLES = ("noise", "embed", "sample_actions_from_embedding", "normalize_actions", "unnormalize_actions")
+
+    @classmethod
+    def build(cls, vla, cfg: DSRLConfig, seed: int = 0, observation_space=None) -> "DSRLAgent":
+        check_handles(vla, cls.HANDLES, cls.name)
+        return cls(vla, cfg, seed=seed, **_camera_layout(cfg, observation_space))
+
+    @classmethod
+    def split_refusal(cls, cfg: DSRLConfig) -> str | None:
+        if cfg.encoder != "vla":
+            return (f"--encoder {cfg.encoder} runs with --role local only (in-process only): the actor / learner link "
+                    "carries the VLA's features, not camera frames (use --encoder vla to split the session)")
+        return None
+
+    def observe(self, obs: dict) -> dict[str, torch.Tensor]:
+        """The VLA's features of ``obs`` (always, under ``feat``: the VLA denoises from them) and, for
+        encoder ``cnn``, each camera resized to ``image_size`` (uint8) and the robot state."""
+        from vla.envs import VLAPolicy
+
+        return self.observe_with(obs, self.embed(VLAPolicy.batch(obs)))
+
+    def observe_with(self, obs: dict, feat: torch.Tensor) -> dict[str, torch.Tensor]:
+        """``observe`` for an observation whose VLA features ``feat`` [1, D] are known already."""
+        from vla.models.encoders import resize_uint8
+
+        out = {}
+        for cam in self.cameras:
+            img = torch.from_numpy(np.array(obs["images"][cam]))[None]  # a copy: camera frames may be read-only
+            out[cam] = resize_uint8(img, self.cfg.image_size)
+        if "state" in self.obs_spec:
+            out["state"] = torch.from_numpy(np.asarray(obs["state"], np.float32))[None]
+        out["feat"] = feat
+        return out
+
+    def act_chunk(self, aobs: dict[str, torch.Tensor], rng: np.random.Generator, warmup: bool,
+                  deterministic: bool = False, generator: torch.Generator | None = None) -> Act:
+        w = self.act({k: aobs[k] for k in self.obs_spec}, rng, warmup=warmup, deterministic=deterministic,
+                     generator=generator)
+        chunk_n = self.chunk(aobs["feat"], w, normalized=True)[0, : self.exec_steps]
+        return Act(action=w[0].numpy().astype(np.float32), chunk=chunk_n)
+
+    def buffers(self, intervention: bool) -> tuple[str, ...]:
+        """DSRL-SAC's critic lives in noise space: an operator's chunk has no noise behind it, so for
+        that variant interventions go to the demo buffer only (NA's action critic and the raw-action
+        baseline take them online too)."""
+        if not intervention:
+            return ("online",)
+        return ("demo",) if self.cfg.variant == "sac" else ("online", "demo")
+
+    def demo_transitions(self, roots, instruction: str, progress: bool = True):
+        from policies.dsrl.demos import demo_transitions
+
+        return demo_transitions(self, roots, instruction, progress=progress)
+
+    def actor_parameters(self) -> dict[str, torch.Tensor]:
+        return self.sac.actor.state_dict()
+
+    def load_actor_parameters(self, params: dict[str, torch.Tensor]) -> None:
+        self.sac.actor.load_state_dict(params)
 
     # -- learning ------------------------------------------------------------------------------
     def update(self, online: ReplayBuffer, offline: ReplayBuffer | None, rng: np.random.Generator) -> dict[str, float]:
@@ -312,3 +337,22 @@ class DSRLAgent:
             self.qa.load_state_dict(d["qa"])
             self.qa_target.load_state_dict(d["qa_target"])
             self.qa_opt.load_state_dict(d["qa_opt"])
+
+
+def _camera_layout(cfg: DSRLConfig, observation_space) -> dict[str, Any]:
+    """The encoder ``cnn``'s inputs: the env's camera names and robot state length ({} for ``vla``)."""
+    if cfg.encoder == "vla":
+        return {}
+    spaces = getattr(observation_space, "spaces", {}) or {}
+    if "images" not in spaces or "state" not in spaces:
+        raise ValueError(f"encoder {cfg.encoder!r} reads the env's cameras and state: the env needs an "
+                         "observation_space with 'images' and 'state' (a learner without an env cannot build it)")
+    return {"cameras": list(spaces["images"].spaces), "state_dim": int(spaces["state"].shape[0])}
+
+
+def _embed_dim(vla) -> int:
+    """The width of ``vla.embed()`` (the VLA interface's ``embed_dim``; 0 when it cannot say)."""
+    try:
+        return int(vla.embed_dim)
+    except (AttributeError, NotImplementedError):
+        return int(getattr(getattr(vla, "cfg", None), "cond_dim", 0))  # a VLA from before the handle

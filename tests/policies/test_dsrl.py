@@ -36,7 +36,7 @@ class ToyVLA(torch.nn.Module):
 def run_bandit(variant: str, updates: int = 250) -> float:
     torch.manual_seed(0)
     vla = ToyVLA().requires_grad_(False)
-    cfg = DSRLConfig(variant=variant, noise_bound=2.0, warmup_steps=0, distill_steps=2,
+    cfg = DSRLConfig(variant=variant, noise_bound=2.0, distill_steps=2,
                      sac=SACConfig(utd=2, batch_size=64, num_critics=2, hidden=(64, 64), init_temperature=0.01,
                                    backup_entropy=False, gamma=0.0))
     agent = DSRLAgent(vla, cfg, seed=0)
@@ -80,7 +80,7 @@ def test_noise_mapping_full_and_tiled():
 
 def test_agent_state_round_trip_gives_identical_updates():
     vla = ToyVLA().requires_grad_(False)
-    cfg = DSRLConfig(variant="na", warmup_steps=0, distill_steps=1,
+    cfg = DSRLConfig(variant="na", distill_steps=1,
                      sac=SACConfig(utd=1, batch_size=8, num_critics=2, hidden=(16,)))
     a = DSRLAgent(vla, cfg, seed=1)
     buf = ReplayBuffer(100, {"feat": ((4,), np.float32)}, 4, {"chunk": ((2, 2), np.float32)})
@@ -129,7 +129,7 @@ def _cnn_agent(variant: str, seed: int = 0, **sac) -> DSRLAgent:
     sac_cfg = dict(utd=2, batch_size=64, num_critics=2, hidden=(64, 64), init_temperature=0.01, backup_entropy=False,
                    gamma=0.0, actor_lr=1e-3, critic_lr=1e-3)  # faster than the defaults: a short test
     sac_cfg.update(sac)
-    cfg = DSRLConfig(variant=variant, encoder="cnn", image_size=16, image_pad=2, noise_bound=2.0, warmup_steps=0,
+    cfg = DSRLConfig(variant=variant, encoder="cnn", image_size=16, image_pad=2, noise_bound=2.0,
                      distill_steps=2, sac=SACConfig(**sac_cfg))
     return DSRLAgent(ToyVLA().requires_grad_(False), cfg, seed=seed, cameras=["front"], state_dim=2)
 

@@ -233,7 +233,7 @@ def test_rl_session_wiring_uses_the_classifier_and_the_operator_reset(trained, t
     classifier and its reset asks the operator; bad reward specs are refused by name."""
     from vla.commands.rl import make_sim_env
     from vla.operator_reset import OperatorResetHook
-    from vla.rl_config import RLConfig
+    from session.config import RLConfig
 
     out, _ = trained
 

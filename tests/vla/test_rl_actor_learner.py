@@ -20,13 +20,15 @@ import numpy as np
 import pytest
 
 from robot_io.wire import ProtocolError
-from vla.rl_remote import (MESSAGE_TYPES, PROTOCOL_VERSION, Actor, ActorConfig, Learner, LearnerGone, TransitionSpec,
-                           _msg, check_transition, field, pack, transition_message, unpack)
+from session.actor import Actor, ActorConfig
+from session.learner import Learner
+from session.protocol import (MESSAGE_TYPES, PROTOCOL_VERSION, LearnerGone, TransitionSpec, _msg, check_transition, field,
+                              pack, transition_message, unpack)
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 SMALL = dict(max_episode_ticks=16, warmup_steps=2, utd=1, batch_size=8, num_critics=2, hidden=(32,), eval_every=0,
              eval_episodes=1, videos=0)
-SPEC = TransitionSpec(feat_dim=6, noise_dim=14, exec_steps=2, action_dim=7)
+SPEC = TransitionSpec(obs={"feat": ((6,), np.float32)}, action_dim=14, chunk_shape=(2, 7))
 
 
 def free_port() -> int:
@@ -44,10 +46,11 @@ def _wait(cond, timeout_s: float, what: str, tick=None) -> None:
 
 def _transition(spec: TransitionSpec, seq: int = 0, episode: int = 0, end: bool = False, rng=None, **over):
     rng = rng or np.random.default_rng(seq)
-    tr = dict(obs={"feat": rng.standard_normal(spec.feat_dim).astype(np.float32)},
-              action=rng.uniform(-1, 1, spec.noise_dim).astype(np.float32), reward=0.0,
-              next_obs={"feat": rng.standard_normal(spec.feat_dim).astype(np.float32)}, done=False,
-              chunk=rng.uniform(-1, 1, (spec.exec_steps, spec.action_dim)).astype(np.float32), intervention=False)
+    feat_dim = spec.obs["feat"][0][0]
+    tr = dict(obs={"feat": rng.standard_normal(feat_dim).astype(np.float32)},
+              action=rng.uniform(-1, 1, spec.action_dim).astype(np.float32), reward=0.0,
+              next_obs={"feat": rng.standard_normal(feat_dim).astype(np.float32)}, done=False,
+              chunk=rng.uniform(-1, 1, spec.chunk_shape).astype(np.float32), intervention=False)
     tr.update(over)
     info = {"seed": 7, "success": False, "ticks": 16, "steps": 2, "return": 0.0, "interventions": 0}
     return tr, transition_message("actor-x", seq, episode, tr, 8, end, info, 0)
@@ -125,10 +128,10 @@ def tiny_vla(tmp_path_factory) -> str:
 
 
 def _cfg(tiny_vla, out, **kw):
-    from vla.rl_config import RLConfig
+    from session.config import RLConfig
 
-    return RLConfig(checkpoint=tiny_vla, out=str(out), task="pick_red_cube", total_ticks=kw.pop("total_ticks", 48),
-                    **{**SMALL, **kw})
+    return RLConfig.flat(checkpoint=tiny_vla, out=str(out), task="pick_red_cube",
+                         total_ticks=kw.pop("total_ticks", 48), **{**SMALL, **kw})
 
 
 @pytest.fixture
@@ -185,8 +188,9 @@ def test_malformed_transitions_are_refused_naming_the_field_and_nothing_is_added
         good_frames = pack(good_msg)
         bad = {  # the field the error must name -> (frames, code)
             "feat": (with_array("feat", good["obs"]["feat"].astype(np.float64)), "bad_dtype"),
-            "action": (with_array("action", np.full(spec.noise_dim, np.nan, np.float32)), "non_finite"),
-            "chunk": (with_array("chunk", np.zeros((spec.exec_steps + 1, spec.action_dim), np.float32)), "bad_shape"),
+            "action": (with_array("action", np.full(spec.action_dim, np.nan, np.float32)), "non_finite"),
+            "chunk": (with_array("chunk", np.zeros((spec.chunk_shape[0] + 1, spec.chunk_shape[1]), np.float32)),
+                      "bad_shape"),
             "next_feat": (without("next_feat"), "missing_field"),
             "reward": (_header_edit(good_frames, reward=float("nan")), "non_finite"),
             "intervention": (_header_edit(good_frames, intervention=1), "bad_field"),
@@ -272,7 +276,7 @@ def test_a_parameter_push_changes_the_actors_policy_at_the_episode_boundary(lear
 def test_a_learner_off_loopback_needs_keys(tiny_vla, tmp_path):
     from robot_io.security import SecurityError, make_keys
     from vla.models import load_vla
-    from vla.rl_remote import curve_keys
+    from session.protocol import curve_keys
 
     with pytest.raises(SecurityError, match="without CurveZMQ keys"):
         Learner(_cfg(tiny_vla, tmp_path / "run"), load_vla(tiny_vla), bind="tcp://*:0", progress=False)
@@ -332,7 +336,7 @@ def _assert_buffer_holds(buf, sent):
 def test_loopback_session_learner_buffers_hold_exactly_the_actors_transitions(tiny_vla, tmp_path, sim_client):
     from vla.envs import task_env
     from vla.models import load_vla
-    from vla.rl_remote import run_actor
+    from session.actor import run_actor
 
     ln = Learner(_cfg(tiny_vla, tmp_path / "run"), load_vla(tiny_vla), bind="tcp://127.0.0.1:*", progress=False)
     dropped: list = []  # the first "finished" ack is lost on the way: the actor must still hear the end
@@ -371,7 +375,7 @@ def test_loopback_session_learner_buffers_hold_exactly_the_actors_transitions(ti
 def test_learner_sigkill_and_resume_the_actor_survives_and_resends(tiny_vla, tmp_path, sim_client):
     from vla.envs import task_env
     from vla.models import load_vla
-    from vla.rl_remote import run_actor
+    from session.actor import run_actor
 
     out = tmp_path / "run"
     endpoint = f"tcp://127.0.0.1:{free_port()}"
@@ -384,8 +388,8 @@ def test_learner_sigkill_and_resume_the_actor_survives_and_resends(tiny_vla, tmp
         """`vla rl --role learner ARGS` in a new process; ``on_cue``: imports done now, the command
         runs when a line arrives on stdin (the restart then costs no interpreter start-up)."""
         argv = ["rl", "--role", "learner", "--bind", endpoint, *args]
-        code = ("import sys, torch, torch._dynamo, torch.utils.tensorboard, matplotlib.pyplot, vla.cli, vla.rl, "
-                "vla.rl_remote, vla.models\n"
+        code = ("import sys, torch, torch._dynamo, torch.utils.tensorboard, matplotlib.pyplot, vla.cli, "
+                "session.runner, session.learner, vla.models\n"
                 f"sys.stdin.readline()\nsys.exit(vla.cli.main({argv!r}))")
         return subprocess.Popen([sys.executable, "-c", code] if on_cue else [sys.executable, "-m", "vla.cli", *argv],
                                 cwd=ROOT, env=env, stdout=open(log, "w"), stderr=subprocess.STDOUT,
@@ -475,15 +479,15 @@ def test_cli_roles_explain_themselves(capsys):
 def test_cnn_encoder_is_refused_by_the_split_session(tmp_path, capsys):
     """Transitions on the wire carry VLA features, not camera frames: --encoder cnn stays in-process."""
     from vla.cli import main
-    from vla.rl_config import RLConfig
-    from vla.rl_remote import RemoteRLError
+    from session.config import RLConfig
+    from session.protocol import RemoteRLError
 
     assert main(["rl", "--role", "learner", "--encoder", "cnn", "--checkpoint", "x", "--task", "pick_red_cube",
                  "--out", str(tmp_path / "run")]) == 2
     assert "--encoder cnn runs with --role local only" in capsys.readouterr().err
-    cfg = RLConfig(checkpoint="x", out=str(tmp_path / "run"), task="pick_red_cube", encoder="cnn")
+    cfg = RLConfig.flat(checkpoint="x", out=str(tmp_path / "run"), task="pick_red_cube", encoder="cnn")
     with pytest.raises(RemoteRLError, match="in-process only"):  # e.g. --resume of a cnn session as a learner
         Learner(cfg, None, bind="tcp://127.0.0.1:*", progress=False)
     assert not (tmp_path / "run").exists()
     with pytest.raises(ValueError, match="encoder must be one of"):
-        RLConfig(checkpoint="x", out="o", task="pick_red_cube", encoder="resnet")
+        RLConfig.flat(checkpoint="x", out="o", task="pick_red_cube", encoder="resnet")

@@ -35,8 +35,8 @@ def test_session_keeps_the_vla_frozen_and_records_interventions(tiny_vla, tmp_pa
     from vla.commands._bridge import running_bridge
     from vla.envs import task_env
     from vla.models import load_vla
-    from vla.rl import run_session
-    from vla.rl_config import RLConfig
+    from session.runner import run_session
+    from session.config import RLConfig
 
     vla = load_vla(tiny_vla)
     before = {k: v.clone() for k, v in vla.state_dict().items()}
@@ -48,9 +48,9 @@ def test_session_keeps_the_vla_frozen_and_records_interventions(tiny_vla, tmp_pa
             return np.tile(np.array([0.0, 0.0, 0.01, 0, 0, 0, 1.0], np.float32), (8, 1))
         return None
 
-    cfg = RLConfig(checkpoint=tiny_vla, out=str(tmp_path / "run"), task="pick_red_cube", total_ticks=48,
-                   max_episode_ticks=16, warmup_steps=2, utd=1, batch_size=8, num_critics=2, hidden=(32,),
-                   eval_every=0, eval_episodes=1, videos=0)
+    cfg = RLConfig.flat(checkpoint=tiny_vla, out=str(tmp_path / "run"), task="pick_red_cube", total_ticks=48,
+                        max_episode_ticks=16, warmup_steps=2, utd=1, batch_size=8, num_critics=2, hidden=(32,),
+                        eval_every=0, eval_episodes=1, videos=0)
     site = load_site("sim-franka-fast")
     with running_bridge(site, str(tmp_path / "bridge.log")):
         client = RobotClient(site)
@@ -134,12 +134,12 @@ def test_cnn_encoder_session_stores_frames_and_resumes_exactly(tmp_path):
     replay holds each camera at 64 x 64 uint8 + the state (+ the VLA embedding, NA), the agent
     learns, and save / load continues with identical transitions and updates."""
     from vla.models.encoders import resize_uint8
-    from vla.rl import Session, start_run
-    from vla.rl_config import RLConfig
+    from session.runner import Session, start_run
+    from session.config import RLConfig
 
     torch.set_num_threads(1)
-    cfg = RLConfig(checkpoint="stub", out=str(tmp_path / "run"), task="pick_red_cube", encoder="cnn", total_ticks=64,
-                   warmup_steps=1, utd=1, batch_size=4, num_critics=2, hidden=(16,), distill_steps=1, eval_every=0)
+    cfg = RLConfig.flat(checkpoint="stub", out=str(tmp_path / "run"), task="pick_red_cube", encoder="cnn", total_ticks=64,
+                        warmup_steps=1, utd=1, batch_size=4, num_critics=2, hidden=(16,), distill_steps=1, eval_every=0)
     start_run(cfg, resume=False)
     sess = Session(cfg, _CameraEnv(), _StubVLA(), progress=False)
     n = sess.agent.parameter_counts()
@@ -215,16 +215,16 @@ def test_demos_enter_the_na_demo_buffer_as_macro_steps_with_their_outcome(tiny_v
     and done on a successful episode's last one), chunks normalised like the VLA's actions; the
     others are skipped; they survive a checkpoint; NA learns from them; other variants refuse."""
     from vla.models import load_vla
-    from vla.rl import Session
-    from vla.rl_config import RLConfig
+    from session.runner import Session
+    from session.config import RLConfig
 
     data = tmp_path / "demos"
     shutil.copytree(tiny_dataset, data)  # 4 episodes x 12 frames; 0 and 2 say "pick up the red cube"
     with open(data / "meta/vla_episodes.jsonl", "w") as f:
         for ep, ok in [(0, True), (1, True), (2, False), (3, False)]:
             f.write(json.dumps({"episode_index": ep, "success": ok}) + "\n")
-    cfg = RLConfig(checkpoint=tiny_vla, out=str(tmp_path / "run"), task="pick_red_cube", demos=(str(data),),
-                   warmup_steps=0, utd=1, batch_size=8, num_critics=2, hidden=(32,), distill_steps=1, total_ticks=64)
+    cfg = RLConfig.flat(checkpoint=tiny_vla, out=str(tmp_path / "run"), task="pick_red_cube", demos=(str(data),),
+                        warmup_steps=0, utd=1, batch_size=8, num_critics=2, hidden=(32,), distill_steps=1, total_ticks=64)
     os.makedirs(cfg.out)
     vla = load_vla(tiny_vla)
     sess = Session(cfg, None, vla, progress=False)
@@ -257,7 +257,7 @@ def test_demos_enter_the_na_demo_buffer_as_macro_steps_with_their_outcome(tiny_v
     assert len(again.demo) == 4
     np.testing.assert_array_equal(again.demo.extras["chunk"][:4], d.extras["chunk"][:4])
     with pytest.raises(ValueError, match="demos"):
-        RLConfig(checkpoint=tiny_vla, out="x", task="pick_red_cube", variant="sac", demos=(str(data),))
+        RLConfig.flat(checkpoint=tiny_vla, out="x", task="pick_red_cube", variant="sac", demos=(str(data),))
     missing = tmp_path / "no_outcomes"
     shutil.copytree(tiny_dataset, missing)
     with pytest.raises(ValueError, match="vla_episodes.jsonl"):
@@ -270,12 +270,12 @@ def test_evaluation_noise_is_seeded_per_episode_and_the_first_policy_is_near_the
     """``eval_policy`` sample: an evaluation draws the agent's noise from a generator seeded by the
     episode (repeatable, training RNG untouched), and the untrained agent (init_log_std 0) draws it
     as widely as the base VLA's N(0, I); ``mean`` gives the policy's mean, ~0 before any update."""
-    from vla.rl import Session
-    from vla.rl_config import RLConfig
+    from session.runner import Session
+    from session.config import RLConfig
 
     torch.set_num_threads(1)
-    cfg = RLConfig(checkpoint="stub", out=str(tmp_path / "run"), task="pick_red_cube", total_ticks=64, warmup_steps=0,
-                   utd=1, batch_size=4, num_critics=2, hidden=(16,), distill_steps=1, eval_policy=eval_policy)
+    cfg = RLConfig.flat(checkpoint="stub", out=str(tmp_path / "run"), task="pick_red_cube", total_ticks=64, warmup_steps=0,
+                        utd=1, batch_size=4, num_critics=2, hidden=(16,), distill_steps=1, eval_policy=eval_policy)
     sess = Session(cfg, _CameraEnv(), _StubVLA(), progress=False)
     ws: list[torch.Tensor] = []
     chunk = sess.agent.chunk
@@ -298,11 +298,11 @@ def test_base_evaluation_is_reused_only_for_the_same_vla_and_evaluation_seeds(tm
     """RUN/base_eval.json records what it evaluated; a new session reuses it only when the VLA's
     weights, the evaluation episodes and seeds match (`bench/dsrl.py` copies it between sessions of a
     task); a resumed run also takes a file from before those fields existed."""
-    from vla.rl import Session, read_base_eval, write_base_eval
-    from vla.rl_config import RLConfig
+    from session.runner import Session, read_base_eval, write_base_eval
+    from session.config import RLConfig
 
-    cfg = RLConfig(checkpoint="stub", out=str(tmp_path / "run"), task="pick_red_cube", total_ticks=64,
-                   num_critics=2, hidden=(16,), eval_episodes=4)
+    cfg = RLConfig.flat(checkpoint="stub", out=str(tmp_path / "run"), task="pick_red_cube", total_ticks=64,
+                        num_critics=2, hidden=(16,), eval_episodes=4)
     os.makedirs(cfg.out)
     sess = Session(cfg, _CameraEnv(), _StubVLA(), progress=False)
     assert read_base_eval(sess, resume=False) is None
@@ -326,8 +326,8 @@ def test_an_operator_stop_at_reset_checkpoints_the_finished_episodes_and_resume_
     answer) in env.reset, before the episode moves anything: run_session saves the episodes done so
     far (even between checkpoints) and re-raises; `--resume` continues from there."""
     from vla.operator_reset import OperatorTimeout
-    from vla.rl import run_session
-    from vla.rl_config import RLConfig
+    from session.runner import run_session
+    from session.config import RLConfig
 
     class _StopsAtReset(_CameraEnv):
         def __init__(self, stop_at: int | None) -> None:
@@ -342,9 +342,9 @@ def test_an_operator_stop_at_reset_checkpoints_the_finished_episodes_and_resume_
 
     torch.set_num_threads(1)
     # checkpoint_every 5: without the save on OperatorStop the 3 finished episodes would be lost
-    cfg = RLConfig(checkpoint="stub", out=str(tmp_path / "run"), task="pick_red_cube", total_ticks=48, warmup_steps=1,
-                   utd=1, batch_size=4, num_critics=2, hidden=(16,), distill_steps=1, eval_every=0, eval_episodes=1,
-                   checkpoint_every=5, videos=0)
+    cfg = RLConfig.flat(checkpoint="stub", out=str(tmp_path / "run"), task="pick_red_cube", total_ticks=48, warmup_steps=1,
+                        utd=1, batch_size=4, num_critics=2, hidden=(16,), distill_steps=1, eval_every=0, eval_episodes=1,
+                        checkpoint_every=5, videos=0)
     # the base evaluation resets once (1 episode), then training episodes 0, 1, 2; the 5th reset stops
     with pytest.raises(OperatorTimeout):
         run_session(cfg, _StopsAtReset(stop_at=4), _StubVLA(), progress=False)

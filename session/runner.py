@@ -1,21 +1,21 @@
-"""Online RL session on a robot (``vla rl``): an RL module steers a frozen VLA.
+"""The online RL session (``vla rl``): any ``policies.base.Agent`` steers a frozen VLA.
 
 In-process mode (``--role local``: actor and learner in one process; what simulation wants for
 speed) is ``run_session``. The distributed mode (``--role learner`` / ``--role actor``, in
-``vla.rl_remote``) runs the same ``Session`` code on two machines: the actor's ``run_episode``
-hands transitions to a ``sink`` that streams them to the learner, and the learner calls
-``store`` / ``learn`` / ``save`` / ``load`` and writes the run directory with ``RunLog`` and
-``write_summary``. One episode at a time:
+``session.learner`` / ``session.actor``) runs the same ``Session`` code on two machines: the actor's
+``run_episode`` hands transitions to a ``sink`` that streams them to the learner, and the learner
+calls ``store`` / ``learn`` / ``save`` / ``load`` and writes the run directory with ``RunLog`` and
+``write_summary``. All three count, log, evaluate and checkpoint a finished episode with
+``end_episode``. One episode at a time:
 
     reset (sim: the task's scene from the episode seed; a real robot: the operator's reset)
-    every macro-step: features <- VLA.embed(obs); w <- agent(its observation: the features, or with
-      ``--encoder cnn`` the camera frames at 64 x 64 + the robot state); chunk <- VLA(w); an operator may
-      take over (their chunk is executed instead and flagged as an intervention); step the env;
-      store the transition in the online buffer (interventions also in the demo buffer);
-      learn (after warm-up)
+    every macro-step: aobs <- agent.observe(obs); chunk, action <- agent.act_chunk(aobs) (through
+      the VLA's steering handles); an operator may take over (their chunk is executed instead and
+      flagged as an intervention); step the env; store the transition in the buffers the agent
+      names (``agent.buffers``: online, demo); learn (after warm-up)
     after each episode: TensorBoard scalars, progress bar; every ``eval_every`` episodes a
-      evaluation on fixed seeds (``eval_policy``: noise sampled from the agent's policy with a
-      generator seeded by the episode, or its mean); every ``checkpoint_every`` episodes a checkpoint.
+      evaluation on fixed seeds (``eval_policy``: the agent's policy sampled with a generator
+      seeded by the episode, or its mean); every ``checkpoint_every`` episodes a checkpoint.
 
 Run directory::
 
@@ -33,7 +33,6 @@ must be equal: the VLA is frozen).
 
 from __future__ import annotations
 
-import dataclasses
 import hashlib
 import json
 import os
@@ -45,9 +44,9 @@ from typing import Any, Callable
 import numpy as np
 import torch
 
+from session.config import RLConfig
 from vla.envs import VLAPolicy
 from vla.operator_reset import OperatorStop
-from vla.rl_config import RLConfig
 
 Operator = Callable[[dict, dict], "np.ndarray | None"]
 """``operator(obs, context) -> chunk [n, A] in robot units, or None``: a human (or scripted)
@@ -66,8 +65,8 @@ class Session:
     """The state of one RL session (agent, replay buffers, counters, RNG) and its rollout.
 
     ``run_episode`` rolls the VLA + agent out and hands every transition to ``record``, which by
-    default learns in-process (store, count, update). The distributed roles (``vla.rl_remote``)
-    reuse it: the actor passes ``sink`` (transitions go to the learner instead; no replay buffers
+    default learns in-process (store, count, update). The distributed roles (``session.actor``,
+    ``session.learner``) reuse it: the actor passes ``sink`` (transitions go to the learner instead; no replay buffers
     are allocated) and ``guard`` (called before every macro-step, before the robot moves: it
     raises when the learner is gone); the learner has no env and calls ``store`` / ``learn`` /
     ``save`` / ``load`` itself.
@@ -76,9 +75,8 @@ class Session:
     def __init__(self, cfg: RLConfig, env, vla, operator: Operator | None = None, progress: bool = True,
                  sink: Callable[[dict, int, bool, dict], None] | None = None,
                  guard: Callable[[], None] | None = None) -> None:
+        from policies import get_method
         from policies.common.replay import ReplayBuffer
-        from policies.common.sac import SACConfig
-        from policies.dsrl import DSRLAgent, DSRLConfig
         from vla.models.modes import freeze
 
         self.cfg, self.env, self.operator, self.progress = cfg, env, operator, progress
@@ -86,19 +84,16 @@ class Session:
         replay = sink is None
         self.vla = freeze(vla)
         self.digest_before = weights_digest(self.vla)
-        sac = SACConfig(utd=cfg.utd, batch_size=cfg.batch_size, num_critics=cfg.num_critics, hidden=cfg.hidden,
-                        gamma=cfg.gamma, init_temperature=cfg.init_temperature, backup_entropy=cfg.backup_entropy,
-                        init_log_std=cfg.init_log_std)
-        dsrl = DSRLConfig(variant=cfg.variant, encoder=cfg.encoder, noise_bound=cfg.noise_bound,
-                          noise_dims=cfg.noise_dims, exec_steps=cfg.exec_steps, warmup_steps=cfg.warmup_steps,
-                          distill_steps=cfg.distill_steps, sac=sac)
-        self.agent = DSRLAgent(self.vla, dsrl, seed=cfg.seed, **_camera_layout(cfg, env))
-        self.max_ticks = cfg.max_episode_ticks or getattr(env, "max_ticks", None) or 100
-        spec = self.agent.obs_spec  # the VLA's features, or (cnn) the low-resolution frames + state
-        extras = {"chunk": ((self.agent.exec_steps, self.agent.a), np.float32)}
+        agent_cls, _ = get_method(cfg.method)
+        self.agent = agent_cls.build(self.vla, cfg.agent, seed=cfg.seed,
+                                     observation_space=getattr(env, "observation_space", None))
+        self.max_ticks = (cfg.max_episode_ticks or getattr(env, "max_ticks", None)
+                          or getattr(getattr(env, "spec", None), "max_episode_steps", None) or 100)
+        spec = self.agent.obs_spec  # what one stored observation holds
+        extras = {"chunk": (tuple(self.agent.chunk_shape), np.float32)}
         cap = cfg.total_ticks + 16
-        self.online = ReplayBuffer(cap, spec, self.agent.noise_dim, extras) if replay else None
-        self.demo = ReplayBuffer(cap, spec, self.agent.noise_dim, extras) if replay else None
+        self.online = ReplayBuffer(cap, spec, self.agent.action_dim, extras) if replay else None
+        self.demo = ReplayBuffer(cap, spec, self.agent.action_dim, extras) if replay else None
         self.rng = np.random.default_rng(cfg.seed)
         self.step = self.ticks = self.episode = 0
         self.ckpt_dir = os.path.join(cfg.out, "checkpoint")
@@ -149,18 +144,22 @@ class Session:
                 os.replace(p + ".tmp", p)
 
     def add_demos(self) -> dict[str, Any] | None:
-        """A new session's ``cfg.demos`` into the demo buffer (``vla.rl_demos``); writes
+        """A new session's ``cfg.demos`` into the demo buffer (``agent.demo_transitions``); writes
         ``RUN/demos.json``. -> its report (None without demos). A resumed session has them in its
         checkpoint already."""
         if not self.cfg.demos:
             return None
-        from hardware.sim_tasks import get_task
         from policies.common.replay import ReplayBuffer
         from vla.data.writer import atomic_write_json
-        from vla.rl_demos import demo_transitions
 
-        instruction = self.cfg.instruction or get_task(self.cfg.task).instruction
-        trs, report = demo_transitions(self, self.cfg.demos, instruction, progress=self.progress)
+        instruction = self.cfg.instruction
+        if instruction is None:
+            if not self.cfg.task:
+                raise ValueError("demos are matched by instruction: give --instruction (or a sim --task)")
+            from hardware.sim_tasks import get_task
+
+            instruction = get_task(self.cfg.task).instruction
+        trs, report = self.agent.demo_transitions(self.cfg.demos, instruction, progress=self.progress)
         old = self.demo
         self.demo = ReplayBuffer(old.capacity + len(trs), old.obs_spec, old.action_dim,
                                  {k: v for k, v in old.extras_spec.items() if k != "intervention"})
@@ -175,17 +174,14 @@ class Session:
 
     # -- learning (in-process and learner) ------------------------------------------------------
     def store(self, tr: dict[str, Any]) -> None:
-        """One transition into the replay buffers (checked there; nothing is written on error)."""
-        if not tr["intervention"] or self.agent.cfg.variant != "sac":
-            # DSRL-SAC's critic lives in noise space: an operator's chunk has no noise behind
-            # it, so for that variant interventions go to the demo buffer only
-            self.online.add(**tr)
-        if tr["intervention"]:
-            self.demo.add(**tr)
+        """One transition into the replay buffers the agent names (checked there; nothing is written
+        on error)."""
+        for name in self.agent.buffers(bool(tr["intervention"])):
+            getattr(self, name).add(**tr)
 
     def learn(self) -> dict[str, float]:
         """One update round of the agent once warm-up is over ({} before)."""
-        if self.step >= self.agent.cfg.warmup_steps and len(self.online) >= 2:
+        if self.step >= self.cfg.warmup_steps and len(self.online) >= 2:
             return self.agent.update(self.online, self.demo, self.rng)
         return {}
 
@@ -203,60 +199,46 @@ class Session:
         return self.learn() if self.sink is None else {}
 
     # -- one episode -----------------------------------------------------------------------------
-    def observe(self, obs: dict, feat: torch.Tensor) -> dict[str, torch.Tensor]:
-        """The agent's observation (a batch of 1, laid out by ``agent.obs_spec``) of the env's ``obs``
-        whose VLA features are ``feat``: the features; for encoder ``cnn`` each camera resized to the
-        encoder's size (uint8) and the robot state (and the features too for NA, whose critic
-        re-generates chunks from them)."""
-        from vla.models.encoders import resize_uint8
-
-        spec = self.agent.obs_spec
-        out = {}
-        for cam in self.agent.cameras:
-            img = torch.from_numpy(np.array(obs["images"][cam]))[None]  # a copy: camera frames may be read-only
-            out[cam] = resize_uint8(img, self.agent.cfg.image_size)
-        if "state" in spec:
-            out["state"] = torch.from_numpy(np.asarray(obs["state"], np.float32))[None]
-        if "feat" in spec:
-            out["feat"] = feat
-        return out
-
     def run_episode(self, seed: int, learn: bool = True, deterministic: bool = False, base: bool = False,
                     frames: list | None = None, generator: torch.Generator | None = None) -> dict[str, Any]:
-        """One episode. ``learn``: store transitions and update; ``base``: the plain VLA (w ~ N(0, I));
-        ``deterministic``: the policy's mean noise; ``generator``: draws the policy's noise instead of
-        the agent's own (evaluations, so that they leave the training RNG streams alone)."""
+        """One episode. ``learn``: store transitions and update; ``base``: the plain VLA (its own
+        sampled noise, seeded by the episode); ``deterministic``: the policy's mean action;
+        ``generator``: draws the policy's noise instead of the agent's own (evaluations, so that they
+        leave the training RNG streams alone)."""
         if base and learn:
             raise ValueError("base episodes evaluate the plain VLA; they cannot also learn")
-        agent = self.agent
+        agent, vla = self.agent, self.vla
+        exec_steps = agent.chunk_shape[0]
+        view = (lambda o: vla.embed(VLAPolicy.batch(o))) if base else agent.observe
         obs, _ = self.env.reset(seed=seed)
-        feat = agent.embed(VLAPolicy.batch(obs))
-        aobs = self.observe(obs, feat)
+        with torch.no_grad():
+            aobs = view(obs)
         ticks = steps = interventions = 0
         success, ret, info = False, 0.0, {}
         last: dict[str, float] = {}
         while ticks < self.max_ticks:
             if self.guard is not None:
                 self.guard()
-            if base:  # the plain VLA with its own sampled noise, whatever the agent's variant
-                w = None
-                noise = torch.randn(1, *self.vla.noise_shape, generator=torch.Generator().manual_seed(seed * 1000 + steps))
-                chunk_n = self.vla.sample_actions_from_embedding(feat, noise=noise, normalized=True)[0, : agent.exec_steps]
+            action = None
+            if base:  # the plain VLA with its own sampled noise, whatever the agent
+                noise = torch.randn(1, *vla.noise_shape, generator=torch.Generator().manual_seed(seed * 1000 + steps))
+                with torch.no_grad():
+                    chunk_n = vla.sample_actions_from_embedding(aobs, noise=noise, normalized=True)[0, :exec_steps]
             else:
-                warm = learn and self.step < agent.cfg.warmup_steps
-                w = agent.act(aobs, self.rng, warmup=warm, deterministic=deterministic, generator=generator)
-                chunk_n = agent.chunk(feat, w, normalized=True)[0, : agent.exec_steps]
+                warm = learn and self.step < self.cfg.warmup_steps
+                act = agent.act_chunk(aobs, self.rng, warmup=warm, deterministic=deterministic, generator=generator)
+                action, chunk_n = act.action, act.chunk
             # one sampler run per macro-step: robot units from the normalised chunk
-            chunk = self.vla.unnormalize_actions(chunk_n)[: self.max_ticks - ticks].numpy()
+            chunk = vla.unnormalize_actions(chunk_n)[: self.max_ticks - ticks].numpy()
             flagged = False
             if self.operator is not None and learn:
                 op = self.operator(obs, {"episode": self.episode, "step_in_episode": steps, "ticks_in_episode": ticks})
                 if op is not None:
                     op = np.asarray(op, np.float32)[: self.max_ticks - ticks]
                     chunk, flagged = op, True
-                    padded = np.concatenate([op, np.repeat(op[-1:], agent.exec_steps - len(op), 0)]) \
-                        if len(op) < agent.exec_steps else op[: agent.exec_steps]
-                    chunk_n = self.vla.normalize_actions(torch.from_numpy(padded)).clamp(-1, 1)
+                    padded = np.concatenate([op, np.repeat(op[-1:], exec_steps - len(op), 0)]) \
+                        if len(op) < exec_steps else op[:exec_steps]
+                    chunk_n = vla.normalize_actions(torch.from_numpy(padded)).clamp(-1, 1)
             obs2, r, term, trunc, info = self.env.step(chunk)
             ticks += len(chunk)
             steps += 1
@@ -266,11 +248,12 @@ class Session:
                 from vla.evaluate import frame_image
 
                 frames.append(frame_image(obs2, ticks, success))
-            feat2 = agent.embed(VLAPolicy.batch(obs2))
-            aobs2 = self.observe(obs2, feat2)
+            with torch.no_grad():
+                aobs2 = view(obs2)
             if learn:
-                tr = dict(obs={k: v[0].numpy() for k, v in aobs.items()}, action=w[0].numpy().astype(np.float32),
-                          reward=float(r), next_obs={k: v[0].numpy() for k, v in aobs2.items()}, done=bool(term),
+                spec = agent.obs_spec
+                tr = dict(obs={k: aobs[k][0].numpy() for k in spec}, action=np.asarray(action, np.float32),
+                          reward=float(r), next_obs={k: aobs2[k][0].numpy() for k in spec}, done=bool(term),
                           chunk=chunk_n.numpy().astype(np.float32), intervention=flagged)
                 interventions += int(flagged)
                 end = bool(term or trunc or ticks >= self.max_ticks)
@@ -279,7 +262,7 @@ class Session:
                                                            "interventions": interventions})
                 if losses:
                     last = losses
-            obs, feat, aobs = obs2, feat2, aobs2
+            obs, aobs = obs2, aobs2
             if term or trunc:
                 break
         return {"success": success, "ticks": ticks, "steps": steps, "return": ret, "interventions": interventions,
@@ -298,17 +281,6 @@ class Session:
                 frames_all.append((seed_start + i, frames))
         k = sum(r["success"] for r in res)
         return {"episodes": n, "successes": k, "success_rate": k / n, "frames": frames_all}
-
-
-def _camera_layout(cfg: RLConfig, env) -> dict[str, Any]:
-    """The encoder ``cnn``'s inputs: the env's camera names and robot state length ({} for ``vla``)."""
-    if cfg.encoder == "vla":
-        return {}
-    spaces = getattr(getattr(env, "observation_space", None), "spaces", {})
-    if "images" not in spaces or "state" not in spaces:
-        raise ValueError(f"encoder {cfg.encoder!r} reads the env's cameras and state: the env needs an "
-                         "observation_space with 'images' and 'state' (a learner without an env cannot build it)")
-    return {"cameras": list(spaces["images"].spaces), "state_dim": int(spaces["state"].shape[0])}
 
 
 def plot_learning_curve(run_dir: str, path: str, base_rate: float | None) -> None:
@@ -459,6 +431,28 @@ def write_summary(sess: Session, base_rate: float | None, final: dict[str, Any] 
     return summary
 
 
+def end_episode(sess: Session, seed: int, r: dict[str, Any], log: RunLog | None = None,
+                report_eval: Callable[[int, int, dict[str, Any]], None] | None = None,
+                save: Callable[[], None] | None = None) -> bool:
+    """The bookkeeping of one finished episode, the same in the in-process session, the learner
+    and the actor: count it, log it (``log``: the run directory's logs, where this process keeps
+    them), evaluate every ``eval_every`` episodes (``report_eval(episode, total_ticks, result)``:
+    where this process runs evaluations: the in-process session and the actor), checkpoint every
+    ``checkpoint_every`` episodes (``save``: where this process keeps checkpoints). ``r``: the
+    episode's success, ticks, return, interventions, losses. -> whether a checkpoint was taken."""
+    cfg = sess.cfg
+    episode = sess.episode
+    sess.episode += 1
+    if log is not None:
+        log.episode(episode, seed, r, sess.ticks, sess.step)
+    if report_eval is not None and cfg.eval_every and sess.episode % cfg.eval_every == 0:
+        report_eval(episode, sess.ticks, sess.evaluate(cfg.eval_episodes, cfg.eval_seed_start))
+    if save is not None and sess.episode % cfg.checkpoint_every == 0:
+        save()
+        return True
+    return False
+
+
 def run_session(cfg: RLConfig, env, vla, resume: bool = False, operator: Operator | None = None,
                 progress: bool = True) -> dict[str, Any]:
     """The in-process session (``vla rl``, role ``local``): act, learn, log, checkpoint; then the
@@ -474,7 +468,7 @@ def run_session(cfg: RLConfig, env, vla, resume: bool = False, operator: Operato
     if base is None:
         base = write_base_eval(sess, sess.evaluate(cfg.eval_episodes, cfg.eval_seed_start, base=True))
     log = RunLog(cfg.out, sess.ticks)
-    bar = tqdm(total=cfg.total_ticks, initial=min(sess.ticks, cfg.total_ticks), desc=f"{cfg.method}-{cfg.variant}",
+    bar = tqdm(total=cfg.total_ticks, initial=min(sess.ticks, cfg.total_ticks), desc=cfg.label,
                unit="tick", disable=not progress)
     t0 = time.perf_counter()
     ticks0 = sess.ticks
@@ -483,13 +477,8 @@ def run_session(cfg: RLConfig, env, vla, resume: bool = False, operator: Operato
         while sess.ticks < cfg.total_ticks:
             ep_seed = episode_seed(cfg, sess.episode)
             r = sess.run_episode(ep_seed)
-            sess.episode += 1
+            end_episode(sess, ep_seed, r, log=log, report_eval=log.evaluation, save=sess.save)
             recent = (recent + [r["success"]])[-20:]
-            log.episode(sess.episode - 1, ep_seed, r, sess.ticks, sess.step)
-            if cfg.eval_every and sess.episode % cfg.eval_every == 0:
-                log.evaluation(sess.episode - 1, sess.ticks, sess.evaluate(cfg.eval_episodes, cfg.eval_seed_start))
-            if sess.episode % cfg.checkpoint_every == 0:
-                sess.save()
             bar.n = min(sess.ticks, cfg.total_ticks)
             rate = (sess.ticks - ticks0) / max(time.perf_counter() - t0, 1e-9)
             bar.set_postfix(ep=sess.episode, succ=f"{np.mean(recent):.0%}", tps=f"{rate:.1f}")  # also redraws
@@ -503,5 +492,5 @@ def run_session(cfg: RLConfig, env, vla, resume: bool = False, operator: Operato
     final = sess.evaluate(cfg.eval_episodes, cfg.eval_seed_start, videos=cfg.videos)
     os.makedirs(os.path.join(cfg.out, "videos"), exist_ok=True)
     for seed, frames in final.pop("frames"):
-        write_video(frames, os.path.join(cfg.out, "videos", f"eval_seed{seed}.mp4"), fps=10.0 / sess.agent.exec_steps)
+        write_video(frames, os.path.join(cfg.out, "videos", f"eval_seed{seed}.mp4"), fps=10.0 / sess.agent.chunk_shape[0])
     return write_summary(sess, base["success_rate"], final, time.perf_counter() - t0)

@@ -1,4 +1,4 @@
-"""Recorded demonstrations into an RL session's demo (offline) buffer (``vla rl --demos DATASET``).
+"""DSRL: recorded demonstrations into an RL session's demo (offline) buffer (``vla rl --demos DATASET``).
 
 DSRL-NA's action-space critic ``Q^A(s, a)`` reads executed chunks, so demonstrations, which have
 no noise behind them, train it directly: the demo buffer is sampled 50 / 50 with the online one
@@ -33,14 +33,14 @@ import numpy as np
 import torch
 
 
-def demo_transitions(sess, roots: list[str] | tuple[str, ...], instruction: str,
+def demo_transitions(agent, roots: list[str] | tuple[str, ...], instruction: str,
                      progress: bool = True) -> tuple[list[dict[str, Any]], dict[str, Any]]:
-    """-> (transitions for ``sess.demo``, a report: datasets, episodes, successes, transitions,
-    skipped_other_instruction). ``sess`` is the ``vla.rl.Session`` (its VLA, agent, ``observe``)."""
+    """-> (transitions for the session's demo buffer, a report: datasets, episodes, successes,
+    transitions, skipped_other_instruction). ``agent``: the ``DSRLAgent`` (its VLA, ``observe_with``)."""
     from vla.data.demos import load_demos
     from vla.data.episode_log import EPISODE_LOG_PATH, read_outcomes
 
-    vla, agent = sess.vla, sess.agent
+    vla = agent.vla
     n = agent.exec_steps
     vcfg = getattr(vla, "cfg", None)
     cameras = list(dict.fromkeys([*getattr(vcfg, "cameras", ()), *agent.cameras])) or None
@@ -77,7 +77,8 @@ def demo_transitions(sess, roots: list[str] | tuple[str, ...], instruction: str,
         feat = agent.embed(batch)
         def aobs(k: int) -> dict[str, np.ndarray]:
             o = {"images": {c: ep.images[c][k] for c in ep.images}, "state": ep.state[k]}
-            return {name: v[0].numpy() for name, v in sess.observe(o, feat[pos[k]: pos[k] + 1]).items()}
+            aobs = agent.observe_with(o, feat[pos[k]: pos[k] + 1])
+            return {name: aobs[name][0].numpy() for name in agent.obs_spec}
 
         for j, (s, s2) in enumerate(zip(starts, nexts)):
             rows = ep.action[s: s + n]

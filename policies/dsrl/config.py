@@ -1,0 +1,69 @@
+"""``DSRLConfig``: the settings of a DSRL agent (no torch here: ``vla rl`` builds its flags from
+the documented fields of this dataclass and of its nested ``SACConfig``)."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import ClassVar
+
+from policies.common.sac_config import SACConfig
+
+VARIANTS = ("sac", "na", "action")
+ENCODERS = ("vla", "cnn")
+
+
+@dataclasses.dataclass(frozen=True)
+class DSRLConfig:
+    NOT_FLAGS: ClassVar[tuple[str, ...]] = ("sac.action_scale",)
+    """Fields the command line does not offer (action_scale is set from noise_bound)."""
+
+    variant: str = dataclasses.field(default="na", metadata={"choices": VARIANTS})
+    """DSRL variant: ``na`` (noise-aliased, recommended), ``sac`` (SAC directly in noise space) or
+    ``action`` (the baseline: plain SAC on the raw action chunk, not steering the VLA)."""
+    encoder: str = dataclasses.field(default="vla", metadata={"choices": ENCODERS})
+    """What actor and critics read: ``vla`` (the frozen VLA's embedding) or ``cnn`` (the camera frames at
+    ``image_size`` + the robot state through a small CNN trained by the critic loss, as DSRL on pi0;
+    the replay stores the frames, so such a session runs in-process only)."""
+    noise_bound: float = 1.5
+    """b: the agent's noise lies in [-b, b]^d (paper: 1.0 - 2.5)."""
+    noise_dims: int | None = None
+    """None: w has H*A dims (the whole chunk's noise). A: one A-dim w tiled over the H rows (pi0 option)."""
+    exec_steps: int | None = None
+    """Rows of each chunk executed per macro-step (default: the whole chunk)."""
+    distill_steps: int = 10
+    """NA: noise-critic (Q^W) distillation steps per update round (the paper: 10)."""
+    image_size: int = 64
+    """cnn: side of the square uint8 camera frames the encoder reads (and the replay buffers store)."""
+    image_pad: int = 4
+    """cnn: DrQ random shift of the replayed frames by up to +-image_pad pixels per critic update (0: none)."""
+    sac: SACConfig = SACConfig(utd=20, init_log_std=0.0, init_temperature=0.01, backup_entropy=False)
+    """SAC settings (action_scale is set from noise_bound). ``init_log_std`` 0: the first noise policy
+    is b tanh(N(0, I)), close to the N(0, I) the VLA denoises, so a session starts at the base VLA.
+    ``init_temperature`` 0.01: the success reward is 0 / 1 while a 56-d noise policy's log-density is
+    tens of nats (alpha = 1 would drown the reward in entropy); no soft backup (SERL, sparse rewards)."""
+
+    def __post_init__(self) -> None:
+        if self.variant not in VARIANTS:
+            raise ValueError(f"DSRLConfig.variant must be one of {VARIANTS}, got {self.variant!r}")
+        if not self.noise_bound > 0:
+            raise ValueError(f"DSRLConfig.noise_bound must be positive, got {self.noise_bound}")
+        if self.distill_steps < 1:
+            raise ValueError("DSRLConfig.distill_steps must be >= 1")
+        if self.encoder not in ENCODERS:
+            raise ValueError(f"encoder must be one of {ENCODERS}, got {self.encoder!r}")
+        if self.image_size < 16 or self.image_size % 16:
+            raise ValueError(f"DSRLConfig.image_size must be a positive multiple of 16 (the CNN halves it 4 times), "
+                             f"got {self.image_size}")
+        if not 0 <= self.image_pad < self.image_size // 2:
+            raise ValueError(f"DSRLConfig.image_pad must be in [0, {self.image_size // 2}), got {self.image_pad}")
+
+    def check_session(self, session) -> None:
+        """Cross-checks with the session's settings (``session.config.RLConfig`` calls it)."""
+        if session.demos and self.variant != "na":
+            raise ValueError(f"demos enter DSRL-NA's action critic; variant {self.variant!r} has none (its critic "
+                             "reads the noise, which a demonstration does not have): use variant 'na' or no demos")
+
+    @property
+    def label(self) -> str:
+        """Short name for progress bars and summaries."""
+        return f"dsrl-{self.variant}"

@@ -1,0 +1,12 @@
+"""The method-agnostic online RL session (``vla rl``): it runs any ``policies.base.Agent``, never
+a method by name.
+
+* ``config``: ``RLConfig`` (session fields + the method's nested config); ``flags``: command-line
+  flags generated from documented config dataclasses.
+* ``runner``: ``Session`` (rollout with operator interventions, replay routing, checkpoints,
+  evaluation), the run directory, ``end_episode`` (the one per-episode bookkeeping) and
+  ``run_session`` (in process).
+* ``protocol`` / ``learner`` / ``actor``: the actor / learner split over ZMQ.
+
+Import from the submodules; this package imports nothing at import time.
+"""

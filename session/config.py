@@ -1,0 +1,205 @@
+"""``RLConfig``: the settings of an online RL session (``vla rl``): the session's own fields and,
+nested under ``agent``, the config dataclass of the method (``policies.REGISTRY[method]``).
+No torch here."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+from typing import Any
+
+from policies import DEFAULT_METHOD
+
+EVAL_POLICIES = ("sample", "mean")
+
+
+@dataclasses.dataclass(frozen=True)
+class RLConfig:
+    checkpoint: str
+    """The VLA to steer: a checkpoint or `vla train` run directory. It stays frozen."""
+    out: str
+    """Run directory (new)."""
+    task: str
+    """Sim task (hardware.sim_tasks) whose success predicate is the reward; "" on a real robot or with --env."""
+    method: str = DEFAULT_METHOD
+    """The RL method (a name in policies.REGISTRY); its settings are the method's flags."""
+    agent: Any = None
+    """The method's config (its dataclass in policies.REGISTRY; None: its defaults)."""
+    env: str = ""
+    """package.module:make_env: a gymnasium env (observation images / state / instruction, info["success"],
+    step takes an action chunk [n, A]) to train on instead of a sim task on the robot bridge; its reward is the
+    reward."""
+    robot: str = dataclasses.field(default="sim-franka-fast", metadata={"help_default": "sim-franka-fast; actor: the learner's"})
+    """Site preset or YAML."""
+    total_ticks: int = 10_000
+    """Budget of environment steps (control ticks; a chunk of 8 executed rows = 8 ticks)."""
+    max_episode_ticks: int | None = None
+    """Episode length in ticks (default: the task's max_steps, or the env's max_ticks)."""
+    warmup_steps: int = 100
+    """Macro-steps of the method's warm-up behaviour (e.g. the base VLA's own noise) before learning starts."""
+    eval_policy: str = dataclasses.field(default="sample", metadata={"choices": EVAL_POLICIES})
+    """Evaluations: ``sample`` draws the agent's action from its policy (seeded by the evaluation episode, as
+    the base VLA's N(0, I) is), ``mean`` takes its mean (the deterministic action)."""
+    eval_every: int = 10
+    """Episodes between evaluations (0: none)."""
+    eval_episodes: int = 10
+    """Episodes per evaluation (on fixed seeds)."""
+    eval_seed_start: int = 200_000
+    """First evaluation seed."""
+    checkpoint_every: int = 1
+    """Episodes between checkpoints (agent, replay buffers, counters, RNG states)."""
+    seed: int = 0
+    """Seed of the agent, the replay sampling and the training episodes' scenes."""
+    threads: int | None = 1
+    """torch threads (None: torch's default)."""
+    videos: int = 1
+    """Evaluation episodes saved as MP4 at the final evaluation."""
+    reward: str = dataclasses.field(default="task", metadata={"metavar": "SOURCE"})
+    """Reward source: ``task`` (the sim task's success predicate, or --env's reward) or ``classifier:DIR`` (a
+    success classifier from ``vla reward train``: the reward on a real robot, where the operator resets the scene
+    between episodes)."""
+    instruction: str | None = None
+    """Real robot or --env: the instruction given to the VLA (a sim task brings its own)."""
+    demos: tuple[str, ...] = dataclasses.field(default=(), metadata={"metavar": "DATASET"})
+    """LeRobot datasets (recorded with ``vla record``; repeatable) whose episodes with the session's instruction
+    enter the demo buffer before the first episode (for methods that learn from demos, e.g. an action-space
+    critic sampled 50 / 50 with online transitions)."""
+    reset_timeout_s: float = dataclasses.field(default=300.0, metadata={"flag": "--reset-timeout"})
+    """Real robot: seconds the operator has to reset the scene and press Enter before the session pauses (its
+    last checkpoint stays; ``--resume`` continues)."""
+
+    def __post_init__(self) -> None:
+        from policies import get_config_class
+
+        cls = get_config_class(self.method)  # a typo: ValueError with a did-you-mean
+        agent = self.agent
+        if agent is None:
+            agent = cls()
+        elif isinstance(agent, dict):
+            agent = config_from_dict(cls, agent)
+        if not isinstance(agent, cls):
+            raise ValueError(f"agent must be a {cls.__name__} for method {self.method!r}, got {type(agent).__name__}")
+        object.__setattr__(self, "agent", agent)
+        object.__setattr__(self, "demos", tuple(self.demos))
+        for f in ("total_ticks", "eval_episodes", "checkpoint_every"):
+            if getattr(self, f) <= 0:
+                raise ValueError(f"{f} must be positive, got {getattr(self, f)}")
+        if self.eval_every < 0 or self.warmup_steps < 0:
+            raise ValueError("eval_every and warmup_steps must be >= 0")
+        if self.reward != "task" and not self.reward.startswith("classifier:"):
+            raise ValueError(f"reward must be 'task' or 'classifier:DIR', got {self.reward!r}")
+        if self.reward == "task" and not self.task and not self.env:
+            raise ValueError("reward 'task' needs a sim task or an --env (a real robot takes reward 'classifier:DIR')")
+        if self.env and ":" not in self.env:
+            raise ValueError(f"env must look like package.module:make_env, got {self.env!r}")
+        if self.eval_policy not in EVAL_POLICIES:
+            raise ValueError(f"eval_policy must be 'sample' or 'mean', got {self.eval_policy!r}")
+        if self.reset_timeout_s <= 0:
+            raise ValueError(f"reset_timeout_s must be positive, got {self.reset_timeout_s}")
+        check = getattr(agent, "check_session", None)
+        if check is not None:
+            check(self)
+
+    @property
+    def label(self) -> str:
+        """The method as progress bars and summaries name it (the config's ``label`` where it has one)."""
+        return str(getattr(self.agent, "label", self.method))
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    def to_json(self, path: str) -> None:
+        with open(path + ".tmp", "w") as f:
+            json.dump(self.to_dict(), f, indent=2)
+        os.replace(path + ".tmp", path)
+
+    @classmethod
+    def from_json(cls, path: str) -> "RLConfig":
+        with open(path) as f:
+            return cls.from_dict(json.load(f))
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "RLConfig":
+        """From ``to_dict`` output that went through JSON or msgpack (lists for tuples). A flat
+        dict (the layout before the method's settings were nested, or ``flat``'s keywords) is
+        taken too: keys that are no session field go to the method's config."""
+        from policies import get_config_class
+
+        known = {f.name for f in dataclasses.fields(cls)}
+        d = dict(d)
+        method = d.get("method", DEFAULT_METHOD)
+        mcls = get_config_class(method)
+        rest = {k: d.pop(k) for k in list(d) if k not in known}
+        agent = d.get("agent")
+        if isinstance(agent, dict):
+            agent = config_from_dict(mcls, agent)
+        if rest:
+            agent = replace_flat(agent if agent is not None else mcls(), rest, f"RLConfig (method {method!r})")
+        d["agent"] = agent
+        if "demos" in d:
+            d["demos"] = tuple(d["demos"])
+        return cls(**d)
+
+    @classmethod
+    def flat(cls, **kw: Any) -> "RLConfig":
+        """Session and method settings in one namespace, as on the command line:
+        ``RLConfig.flat(checkpoint=..., out=..., task=..., some_method_field=1)``."""
+        return cls.from_dict(kw)
+
+
+# -- nested config dataclasses <-> flat names ------------------------------------------------------
+def flat_fields(cls: type, prefix: str = "") -> dict[str, tuple[str, dataclasses.Field, type]]:
+    """{flat name: (dotted path, field, owning class)} of a config dataclass, nested dataclass fields
+    (those whose default is a dataclass instance) flattened into their own field names."""
+    out: dict[str, tuple[str, dataclasses.Field, type]] = {}
+    for f in dataclasses.fields(cls):
+        if dataclasses.is_dataclass(f.default):
+            for name, (path, ff, owner) in flat_fields(type(f.default), prefix + f.name + ".").items():
+                if name in out:
+                    raise TypeError(f"{cls.__name__}: flat name {name!r} is used twice")
+                out[name] = (path, ff, owner)
+        else:
+            if f.name in out:
+                raise TypeError(f"{cls.__name__}: flat name {f.name!r} is used twice")
+            out[f.name] = (prefix + f.name, f, cls)
+    return out
+
+
+def replace_flat(cfg: Any, values: dict[str, Any], what: str = "") -> Any:
+    """``cfg`` with flat-named ``values`` replaced (nested dataclasses rebuilt); ValueError naming
+    unknown names."""
+    names = flat_fields(type(cfg))
+    unknown = sorted(set(values) - set(names))
+    if unknown:
+        raise ValueError(f"{what or type(cfg).__name__} has no field(s) {unknown}")
+    top: dict[str, Any] = {}
+    nested: dict[str, dict[str, Any]] = {}
+    for k, v in values.items():
+        head, _, tail = names[k][0].partition(".")
+        if tail:  # a field of the nested dataclass ``head``: its flat name is ``k`` there too
+            nested.setdefault(head, {})[k] = v
+        else:
+            top[head] = _coerce(getattr(cfg, head), v)
+    for head, sub in nested.items():
+        top[head] = replace_flat(getattr(cfg, head), sub, what)
+    return dataclasses.replace(cfg, **top)
+
+
+def config_from_dict(cls: type, d: dict[str, Any]) -> Any:
+    """A (possibly nested) config dataclass from ``dataclasses.asdict`` output after JSON / msgpack."""
+    fields = {f.name: f for f in dataclasses.fields(cls)}
+    unknown = sorted(set(d) - set(fields))
+    if unknown:
+        raise ValueError(f"{cls.__name__} has no field(s) {unknown}")
+    kw = {}
+    for k, v in d.items():
+        default = fields[k].default
+        if dataclasses.is_dataclass(default) and isinstance(v, dict):
+            v = config_from_dict(type(default), v)
+        kw[k] = _coerce(default, v)
+    return cls(**kw)
+
+
+def _coerce(default: Any, v: Any) -> Any:
+    return tuple(v) if isinstance(v, list) else v
