@@ -3,7 +3,8 @@
 ``BACKBONES`` maps a checkpoint kind to the module and class that load it (imported on use, so
 ``import vla.models`` stays light); ``load_vla(path)`` reads ``config.json`` and dispatches:
 the compact flow VLA writes ``{"kind": "compact-flow-vla"}``, LeRobot policies write
-``{"type": "pi0" | "pi05" | "smolvla"}``.
+``{"type": "pi0" | "pi05" | "smolvla"}``, a router over LeRobot ACT / Diffusion Policy peers
+(evaluation-only baselines, ``vla.models.lerobot_peers``) writes ``{"kind": "lerobot-peer"}``.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ BACKBONES: dict[str, tuple[str, str]] = {
     "pi0": ("vla.models.lerobot_adapters", "LeRobotVLA"),
     "pi05": ("vla.models.lerobot_adapters", "LeRobotVLA"),
     "smolvla": ("vla.models.lerobot_adapters", "LeRobotVLA"),
+    "lerobot-peer": ("vla.models.lerobot_peers", "LeRobotPeer"),
 }
 
 
