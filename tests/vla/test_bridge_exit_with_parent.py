@@ -6,24 +6,16 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import subprocess
 import sys
 import textwrap
 import time
 from pathlib import Path
 
+from tests.net import free_ports
+
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
-
-def _free_ports(n: int) -> list[int]:
-    socks = [socket.socket() for _ in range(n)]
-    for s in socks:
-        s.bind(("127.0.0.1", 0))
-    ports = [s.getsockname()[1] for s in socks]
-    for s in socks:
-        s.close()
-    return ports
 
 
 def _bridges_of(site: Path) -> list[int]:
@@ -42,7 +34,7 @@ def _bridges_of(site: Path) -> list[int]:
 
 
 def test_the_bridge_a_command_started_stops_when_the_command_is_killed(tmp_path):
-    p = _free_ports(2)
+    p = free_ports(2)
     site = tmp_path / "site.yaml"
     site.write_text(textwrap.dedent(f"""\
         name: orphan-test

@@ -23,7 +23,6 @@ import os
 import re
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -32,6 +31,8 @@ from pathlib import Path
 import numpy as np
 import pyarrow.parquet as pq
 import pytest
+
+from tests.net import free_ports
 
 pytest.importorskip("lerobot")
 
@@ -113,15 +114,6 @@ def _env() -> dict:
             "HF_HUB_OFFLINE": "1"}
 
 
-def _free_ports(n: int) -> list[int]:
-    socks = [socket.socket() for _ in range(n)]
-    for s in socks:
-        s.bind(("127.0.0.1", 0))
-    ports = [s.getsockname()[1] for s in socks]
-    for s in socks:
-        s.close()
-    return ports
-
 
 @pytest.fixture(scope="module")
 def site(tmp_path_factory) -> str:
@@ -130,7 +122,7 @@ def site(tmp_path_factory) -> str:
     from robot_io.site import load_site
 
     folder = tmp_path_factory.mktemp("site")
-    p = _free_ports(4)
+    p = free_ports(4)
     path = folder / "site.yaml"
     path.write_text(f"""\
 name: sigkill-test
