@@ -73,3 +73,28 @@ class VLAPolicy:
         with torch.no_grad():
             chunk = self.model.sample_actions(self.batch(obs, instruction), noise=noise, token=token)
         return chunk[0, : self.exec_steps].cpu().numpy().astype(np.float32)
+
+
+class ChunkDriver:
+    """Per-tick actions from a VLA's chunks, for a recorder that steps one action per tick (DAgger,
+    ``vla record --dagger``): re-plans every ``exec_steps`` ticks. With probability ``beta`` per
+    chunk it yields None for that chunk's ticks instead, which hands those ticks to the expert
+    (DAgger's mixture policy). ``reset(seed)`` at every episode start."""
+
+    def __init__(self, policy: VLAPolicy, beta: float = 0.0, seed: int = 0) -> None:
+        if not 0.0 <= beta <= 1.0:
+            raise ValueError(f"beta must be in [0, 1] (the share of chunks the expert drives), got {beta}")
+        self.policy, self.beta, self._seed = policy, float(beta), int(seed)
+        self.reset(0)
+
+    def reset(self, seed: int) -> None:
+        self._queue: list = []
+        self._rng = np.random.default_rng([0xDA66, self._seed, int(seed)])
+
+    def __call__(self, obs: dict) -> np.ndarray | None:
+        if not self._queue:
+            if self.beta > 0 and self._rng.random() < self.beta:
+                self._queue = [None] * self.policy.exec_steps
+            else:
+                self._queue = list(self.policy(obs))
+        return self._queue.pop(0)

@@ -224,6 +224,23 @@ def plot_loss(csv_path: str, png_path: str) -> None:
     os.replace(png_path + ".tmp.png", png_path)
 
 
+def init_weights(model, path: str) -> None:
+    """Copy a compact checkpoint's weights *and* normalisation statistics into ``model`` (``--init``:
+    fine-tuning, DAgger rounds). The architectures must be the same."""
+    from vla.models.compact import CompactVLA
+
+    src = CompactVLA.load(resolve_checkpoint(path))
+    if src.mode == "lora":
+        raise ValueError(f"--init {path}: a LoRA checkpoint cannot seed a new run (start from a frozen or full one)")
+    want = dataclasses.replace(model.cfg, pretrained=False)
+    if src.cfg != want:
+        diff = {f.name: (getattr(src.cfg, f.name), getattr(want, f.name)) for f in dataclasses.fields(want)
+                if getattr(src.cfg, f.name) != getattr(want, f.name)}
+        raise ValueError(f"--init {path}: its model differs from this run's in {sorted(diff)} "
+                         f"(checkpoint vs run: {diff}); train with the checkpoint's settings")
+    model.load_state_dict(src.state_dict())
+
+
 # -- the loop ------------------------------------------------------------------------------
 def train(cfg: TrainConfig, resume: bool = False, progress: bool = True) -> dict[str, Any]:
     from torch.utils.tensorboard import SummaryWriter
@@ -260,6 +277,8 @@ def train(cfg: TrainConfig, resume: bool = False, progress: bool = True) -> dict
                             neck=cfg.neck, crops=cfg.crops, fine_blocks=cfg.fine_blocks)
     model = CompactVLA(mcfg)
     model.set_normalization(**stats, **CompactVLA.text_stats(data.text_emb))
+    if cfg.init and ckpt is None:
+        init_weights(model, cfg.init)
     model.set_mode(cfg.mode, lora_rank=cfg.lora_rank, lora_alpha=cfg.lora_alpha, lora_targets=cfg.lora_targets)
     if cfg.mode == "frozen":
         data.fmaps = cache_features(model, data, cfg, os.path.join(run_dir, "features_cache.pt"))

@@ -39,6 +39,9 @@ class TrainConfig:
     neck: str = "film"
     """Camera neck of the compact VLA: ``film`` (instruction-modulated convolutions -> keypoints) or
     ``keypoints`` (1x1 convolutions -> keypoints; the first design, kept for its checkpoints)."""
+    init: str | None = None
+    """Start from this compact checkpoint (or run directory): its weights and its normalisation
+    statistics (fine-tuning on more data, DAgger rounds). The model settings must be its own."""
     aug_views: int = 2
     """Frozen mode: augmented copies of every frame whose features are cached (besides the original)."""
     shift_pad: int = 4

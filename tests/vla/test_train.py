@@ -112,3 +112,22 @@ def test_lora_training_runs_on_images(tiny_dataset, tmp_path):
     assert meta["mode"] == "lora" and meta["lora"]["rank"] == 8
     assert s["parameters"]["trainable"] < s["parameters"]["total"]
     assert dataclasses.asdict(cfg_for(tiny_dataset, "x"))["mode"] == "frozen"
+
+
+def test_init_starts_from_a_checkpoint_and_refuses_another_architecture(tiny_dataset, tmp_path):
+    from safetensors.torch import load_file
+
+    train(cfg_for(tiny_dataset, tmp_path / "a", steps=4), progress=False)
+    src = load_file(str(tmp_path / "a/model/model.safetensors"))
+    # zero steps of training: the new run's first checkpoint is the source's weights and statistics
+    init = cfg_for(tiny_dataset, tmp_path / "b", steps=1, save_every=1, lr=1e-12, init=str(tmp_path / "a"))
+    train(init, progress=False)
+    got = load_file(str(tmp_path / "b/model/model.safetensors"))
+    for k in ("action_min", "action_max", "state_mean", "text_mean", "head.net.0.weight"):
+        torch.testing.assert_close(got[k], src[k], atol=1e-6, rtol=0)
+    # a fresh run from the same data starts elsewhere
+    train(cfg_for(tiny_dataset, tmp_path / "c", steps=1, save_every=1, lr=1e-12, seed=1), progress=False)
+    assert not torch.allclose(load_file(str(tmp_path / "c/model/model.safetensors"))["head.net.0.weight"],
+                              src["head.net.0.weight"])
+    with pytest.raises(ValueError, match=r"differs from this run's in \['image_size'\]"):
+        train(dataclasses.replace(init, out=str(tmp_path / "d"), image_size=32), progress=False)

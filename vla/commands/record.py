@@ -36,6 +36,7 @@ def add_parser(sub, name: str, help_: str) -> None:
 examples:
   vla record --robot sim-franka --task pick_red_cube --teleop scripted --episodes 20 --root data/pick
   vla record --robot sim-franka-fast --task stack_cubes --teleop scripted --expert-quality 0.6 --root data/stack
+  vla record --robot sim-franka-fast --task pick_red_cube --teleop scripted --dagger runs/vla_pick --root data/pick_dagger1
   vla record --robot my_lab.yaml --teleop keyboard --instruction "fold the towel" --episodes 10 --root data/towel
 
 keyboard: w/s a/d r/f move x/y/z, q/e yaw, space gripper, Enter success, x failure,
@@ -63,6 +64,14 @@ z re-record, Esc stop. Recording into an existing dataset appends to it.
                    help="DART noise injection for --teleop scripted: execute the expert's action plus Gaussian "
                    "noise of SIGMA m per tick on the translation, store the expert's clean action (recovery data "
                    "for behaviour cloning; default 0 = off)")
+    p.add_argument("--dagger", default=None, metavar="CHECKPOINT",
+                   help="DAgger with --teleop scripted: the VLA checkpoint drives the robot and the expert labels "
+                   "every state it reaches (the frame's action is the expert's); every episode is kept, failed "
+                   "or not. Train on the demos plus these datasets")
+    p.add_argument("--dagger-exec-steps", type=int, default=4, metavar="N",
+                   help="--dagger: rows of each chunk the policy executes before it re-plans (default 4)")
+    p.add_argument("--dagger-beta", type=float, default=0.0, metavar="B",
+                   help="--dagger: share of chunks the expert drives instead of the policy (default 0)")
     p.add_argument("--keep-failures", action="store_true", help="save failed episodes too (default: re-record them)")
     p.add_argument("--max-attempts", type=int, default=None, help="give up after this many attempts (default 3x episodes)")
     p.add_argument("--no-video", action="store_true", help="store PNG images instead of encoded video")
@@ -131,6 +140,9 @@ def run(args) -> int:
     if args.dart < 0 or (args.dart > 0 and args.teleop != "scripted"):
         raise ValueError(f"--dart must be >= 0 and needs --teleop scripted (a closed-loop expert labels the "
                          f"perturbed states), got --dart {args.dart} with --teleop {args.teleop}")
+    if args.dagger and (args.teleop != "scripted" or args.dart > 0):
+        raise ValueError("--dagger needs --teleop scripted (the expert labels the states the policy reaches) and "
+                         "no --dart")
     if args.teleop == "scripted" and task is None:
         raise ValueError("--teleop scripted needs --task: the scripted expert is written per sim task")
     max_steps = args.max_steps or (task.max_steps if task else 300)
@@ -139,6 +151,15 @@ def run(args) -> int:
     repo_id = args.repo_id or f"local/{os.path.basename(os.path.normpath(args.root))}"
     teleop_cls = teleop_pkg.load_teleop(args.teleop)
     teleop = teleop_cls(quality=args.expert_quality, seed=args.seed) if args.teleop == "scripted" else teleop_cls()
+    driver = None
+    if args.dagger:
+        from vla.envs import ChunkDriver, VLAPolicy
+        from vla.models import load_vla
+        from vla.train import resolve_checkpoint
+
+        driver = ChunkDriver(VLAPolicy(load_vla(resolve_checkpoint(args.dagger)).eval(), args.dagger_exec_steps), beta=args.dagger_beta,
+                             seed=args.seed)
+    keep_failures = args.keep_failures or driver is not None
 
     log_path = os.path.abspath(args.root.rstrip("/") + f".bridge-{dt.datetime.now():%Y%m%d-%H%M%S}.log")
     with running_bridge(site, log_path, start=args.serve), teleop, _StopRequested() as stop:
@@ -171,15 +192,17 @@ def run(args) -> int:
                 if args.teleop == "scripted":  # the scripted expert is an oracle: it reads the simulator's truth
                     def privileged_fn():
                         return {**{k: np.asarray(v) for k, v in client.last_state.arrays.items()}, "object_names": names}
+                if driver is not None:
+                    driver.reset(seed)
                 res = record_episode(env, teleop, writer, instruction, max_steps, seed=seed,
                                      task=task.name if task else None, privileged_fn=privileged_fn,
                                      end_on_success=args.teleop != "scripted", should_stop=lambda: stop.flag,
-                                     dart_sigma=args.dart)
+                                     dart_sigma=args.dart, driver=driver)
                 outcome, n = res.outcome, res.frames
                 if outcome == "watchdog":
                     tqdm.write(f"WARNING: attempt {attempts}: the bridge watchdog stopped the robot (this recorder "
                                "stalled past command_timeout_ms); episode discarded, re-recording")
-                if outcome in ("stop", "rerecord", "interrupted", "watchdog") or n == 0 or (outcome == "failure" and not args.keep_failures):
+                if outcome in ("stop", "rerecord", "interrupted", "watchdog") or n == 0 or (outcome == "failure" and not keep_failures):
                     writer.discard_episode()
                     bar.set_postfix_str(f"attempt {attempts}: {outcome or 'stopped'}, discarded")
                     if outcome == "stop":
@@ -192,6 +215,8 @@ def run(args) -> int:
                     "success": outcome == "success", "frames": n, "teleop": args.teleop,
                     "expert_quality": args.expert_quality if args.teleop == "scripted" else None,
                     "dart_sigma": args.dart if args.dart > 0 else None,
+                    "dagger": ({"checkpoint": os.path.abspath(args.dagger), "exec_steps": args.dagger_exec_steps,
+                                "beta": args.dagger_beta} if args.dagger else None),
                     "achieved_hz": rate, "recorded_at": time.time()})
                 kept += 1
                 successes += outcome == "success"

@@ -33,11 +33,16 @@ but the sentence encoder trains. The fusion and the action expert always train.
                    help="a LeRobot v3 dataset directory (repeat for multi-task)")
     p.add_argument("--out", help="run directory (new), e.g. runs/vla_pick")
     p.add_argument("--resume", metavar="RUN_DIR", help="continue the run in RUN_DIR from its last checkpoint")
+    p.add_argument("--init", metavar="CHECKPOINT", help="start a new run from this compact checkpoint or run "
+                   "directory: its weights, normalisation and model settings (image size, crops, neck, cameras, "
+                   "horizon), e.g. to fine-tune on DAgger data")
     p.add_argument("--mode", choices=["frozen", "lora", "full"], default=d["mode"],
                    help=f"what happens to the pretrained vision trunk (default {d['mode']})")
     p.add_argument("--steps", type=int, default=d["steps"], help=f"optimiser steps (default {d['steps']})")
     p.add_argument("--batch-size", type=int, default=d["batch_size"])
     p.add_argument("--lr", type=float, default=d["lr"])
+    p.add_argument("--warmup-steps", type=int, default=d["warmup_steps"],
+                   help=f"linear learning-rate warm-up (default {d['warmup_steps']})")
     p.add_argument("--horizon", type=int, default=d["horizon"], help="actions per chunk H")
     p.add_argument("--image-size", type=int, default=d["image_size"], help="camera frames are resized to this (px)")
     p.add_argument("--camera", action="append", dest="cameras", metavar="NAME",
@@ -81,6 +86,22 @@ def _parse_crop(text: str) -> tuple[str, float, float, float, float]:
     return (cam, *vals)
 
 
+def _init_settings(path: str) -> dict:
+    """The TrainConfig fields that shape the model, read from a compact checkpoint's config.json."""
+    import json
+
+    from vla.train import resolve_checkpoint
+
+    with open(os.path.join(resolve_checkpoint(path), "config.json")) as f:
+        meta = json.load(f)
+    if meta.get("kind") != "compact-flow-vla":
+        raise ValueError(f"--init {path}: not a compact VLA checkpoint (kind {meta.get('kind') or meta.get('type')!r})")
+    c = meta["config"]
+    return {"image_size": c["image_size"], "horizon": c["horizon"], "cameras": tuple(c["cameras"]),
+            "crops": tuple(tuple(x) for x in c.get("crops", ())), "fine_blocks": c["fine_blocks"],
+            "neck": c.get("neck", "keypoints"), "num_tokens": c["num_tokens"]}
+
+
 def run(args) -> int:
     import json
 
@@ -99,8 +120,13 @@ def run(args) -> int:
             raise ValueError("give --out RUN_DIR for a new run (or --resume RUN_DIR)")
         if not args.dataset:
             raise ValueError("give at least one --dataset DIR")
+        model_args = {}
+        if args.init:
+            model_args = _init_settings(args.init)
+            print("--init: model settings from the checkpoint: " + ", ".join(f"{k}={v}" for k, v in model_args.items()))
         cfg = TrainConfig(datasets=tuple(args.dataset), out=args.out, mode=args.mode, steps=args.steps,
-                          batch_size=args.batch_size, lr=args.lr, horizon=args.horizon, image_size=args.image_size,
+                          batch_size=args.batch_size, lr=args.lr, warmup_steps=args.warmup_steps,
+                          horizon=args.horizon, image_size=args.image_size,
                           cameras=tuple(args.cameras) if args.cameras else None, success_only=args.success_only,
                           crops=tuple(_parse_crop(c) for c in args.crop),
                           fine_blocks=args.fine_blocks,
@@ -109,7 +135,9 @@ def run(args) -> int:
                           lora_rank=args.lora_rank,
                           lora_targets=tuple(args.lora_targets) if args.lora_targets else None,
                           save_every=args.save_every, max_minutes=args.max_minutes, seed=args.seed,
-                          threads=args.threads)
+                          threads=args.threads, init=args.init)
+        if model_args:
+            cfg = dataclasses.replace(cfg, **model_args)
         summary = train(cfg)
     print(json.dumps({k: summary[k] for k in ("run_dir", "steps", "wall_s", "episodes", "frames")}, indent=None))
     print(f"model: {os.path.join(summary['run_dir'], 'model')}  loss curve: "

@@ -25,7 +25,8 @@ class EpisodeResult:
 def record_episode(env, teleop, writer, instruction: str, max_steps: int, seed: int | None = None,
                    task: str | None = None, privileged_fn: Callable[[], dict] | None = None,
                    end_on_success: bool = True, should_stop: Callable[[], bool] = lambda: False,
-                   dart_sigma: float = 0.0) -> EpisodeResult:
+                   dart_sigma: float = 0.0, driver: Callable[[dict], np.ndarray | None] | None = None
+                   ) -> EpisodeResult:
     """Record one episode into ``writer``'s buffer (the caller saves or discards it).
 
     Frame k holds the observation the operator saw at tick k, the action the server applied on
@@ -37,6 +38,12 @@ def record_episode(env, teleop, writer, instruction: str, max_steps: int, seed: 
     translation, and the frame stores the expert's *clean* action for the state it saw. The states
     drift off the expert's path and the labels say how to come back: recovery data for
     behaviour cloning. The noise is seeded by the episode seed.
+
+    ``driver`` (DAgger, Ross et al. 2011): ``obs -> action [A]`` or None. Each tick the teleop (a
+    closed-loop expert) still reads the state, but the robot executes the driver's action (a policy
+    being trained); the frame stores the expert's action for the state the policy led to, and its
+    intervention flag is False. A None from the driver lets the expert act on that tick (DAgger's
+    beta mixing). The policy's own mistakes become labelled recovery data.
     """
     if dart_sigma < 0:
         raise ValueError(f"dart_sigma must be >= 0 (m per tick), got {dart_sigma}")
@@ -59,6 +66,13 @@ def record_episode(env, teleop, writer, instruction: str, max_steps: int, seed: 
         if outcome is not None:
             break
         executed = cmd.action
+        relabel = dart_sigma > 0
+        driven = False
+        if driver is not None:
+            act = driver(obs)
+            if act is not None:
+                executed = np.asarray(act, np.float32).reshape(np.shape(cmd.action))
+                relabel = driven = True
         if dart_sigma > 0:
             executed = np.array(cmd.action, np.float32, copy=True)
             executed[:3] += dart_rng.normal(0.0, dart_sigma, 3).astype(np.float32)
@@ -77,9 +91,9 @@ def record_episode(env, teleop, writer, instruction: str, max_steps: int, seed: 
         frame["observation.state"] = obs["state"]
         # the label: what the server applied, or under DART the expert's clean action (the applied
         # command carried the injected noise)
-        frame["action"] = (np.asarray(cmd.action, np.float32) if dart_sigma > 0
+        frame["action"] = (np.asarray(cmd.action, np.float32) if relabel
                            else info["applied"][0].astype(np.float32))
-        frame["intervention"] = np.array([cmd.intervening], bool)
+        frame["intervention"] = np.array([cmd.intervening and not driven], bool)
         frame["observation.capture_time"] = np.array([(t_cap - t_first) / 1e9], np.float64)
         writer.add_frame(frame, task=instruction)
         n += 1

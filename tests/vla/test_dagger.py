@@ -1,0 +1,71 @@
+"""DAgger while recording (`vla record --dagger CHECKPOINT`): a policy drives the robot, the expert
+labels every state the policy reaches; DAgger's beta hands whole chunks back to the expert; a
+fine-tuning run starts from the policy's weights (`vla train --init`)."""
+
+import numpy as np
+import pytest
+
+from tests.vla.test_dart import _Env, _Expert, _Writer
+from vla.data.recording import record_episode
+from vla.envs import ChunkDriver
+
+
+class _Policy:
+    """A VLAPolicy stand-in: chunks of ``exec_steps`` rows that push x by +0.1 per tick."""
+
+    exec_steps = 3
+
+    def __init__(self):
+        self.calls = 0
+
+    def __call__(self, obs):
+        self.calls += 1
+        return np.tile(np.array([0.1, 0, 0, 0, 0, 0, 0.5], np.float32), (self.exec_steps, 1))
+
+
+def test_policy_drives_and_the_expert_labels_the_states_it_reaches():
+    env, writer, pol = _Env(), _Writer(), _Policy()
+    driver = ChunkDriver(pol)
+    driver.reset(0)
+    res = record_episode(env, _Expert(), writer, "go", max_steps=12, seed=1, driver=driver)
+    assert res.frames == 12 and pol.calls == 4  # re-planned every exec_steps ticks
+    executed = np.stack(env.executed)
+    np.testing.assert_allclose(executed[:, 0], 0.1)  # the policy's actions ran ...
+    states = np.stack([f["observation.state"] for f in writer.frames])
+    labels = np.stack([f["action"] for f in writer.frames])
+    np.testing.assert_allclose(labels[:, 0], -0.5 * states[:, 0], atol=1e-6)  # ... the expert's are stored
+    assert states[-1, 0] > 1.0  # the states left the expert's path (it would have stayed at 0)
+    assert not any(bool(f["intervention"][0]) for f in writer.frames)  # the expert did not drive
+
+
+@pytest.mark.parametrize("beta", [0.0, 0.5, 1.0])
+def test_beta_hands_whole_chunks_to_the_expert(beta):
+    env, writer, pol = _Env(), _Writer(), _Policy()
+    driver = ChunkDriver(pol, beta=beta, seed=7)
+    driver.reset(3)
+    record_episode(env, _Expert(), writer, "go", max_steps=60, seed=3, driver=driver)
+    executed = np.stack(env.executed)
+    by_policy = np.isclose(executed[:, 0], 0.1) & np.isclose(executed[:, 6], 0.5)
+    expert_ticks = ~by_policy
+    flags = np.array([bool(f["intervention"][0]) for f in writer.frames])
+    np.testing.assert_array_equal(flags, expert_ticks)  # the flag says who drove
+    share = expert_ticks.reshape(-1, 3)  # chunks of exec_steps ticks are handed over whole
+    assert np.all(share.all(1) | (~share).all(1))
+    if beta == 0:
+        assert not expert_ticks.any()
+    elif beta == 1:
+        assert expert_ticks.all()
+    else:
+        assert 0.2 < expert_ticks.mean() < 0.8
+
+
+def test_driver_is_reseeded_per_episode_and_rejects_bad_beta():
+    def run(seed):
+        d = ChunkDriver(_Policy(), beta=0.5, seed=1)
+        d.reset(seed)
+        return [d({}) is None for _ in range(60)]
+
+    assert run(4) == run(4)
+    assert run(4) != run(5)
+    with pytest.raises(ValueError, match="beta"):
+        ChunkDriver(_Policy(), beta=1.5)
