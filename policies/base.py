@@ -4,9 +4,10 @@ The session (``session/``) runs any Agent, in process or split into an actor (at
 learner (GPU box), and never names a method. One macro-step of the session::
 
     aobs = agent.observe(obs)                       the agent's view of the env observation
-    act  = agent.act_chunk(aobs, rng, warmup=...)   the chunk to execute (normalised [-1, 1] units,
+    act  = agent.act_chunk(aobs, rng, warmup=...)   the chunk to execute (the VLA's normalised units,
                                                     [exec_steps, A]) + the agent's own action to store
-    (an operator may replace act.chunk; the transition is flagged as an intervention)
+    (an operator may replace act.chunk; the transition is flagged as an intervention and stores
+     vla.clip_normalized_actions(vla.normalize_actions(operator chunk)))
     env.step(vla.unnormalize_actions(act.chunk))
     for name in agent.buffers(intervention): session.<name>.add(transition)     "online" / "demo"
     agent.update(online, demo, rng) -> {"losses/...": float}                    after warm-up
@@ -14,6 +15,9 @@ learner (GPU box), and never names a method. One macro-step of the session::
 A transition is ``dict(obs, action, reward, next_obs, done, chunk, intervention)``: ``obs`` /
 ``next_obs`` hold the ``obs_spec`` keys of ``observe``'s output (one row), ``action`` the agent's
 action (``action_dim`` floats), ``chunk`` the executed chunk (normalised, ``chunk_shape``).
+"Normalised" is the backbone's own action space (``vla.models.base.VLA.normalize_actions``): min /
+max units in [-1, 1] for the compact VLA, mean / std units (unbounded) for the LeRobot adapters; an
+agent must not assume [-1, 1].
 The same arrays travel from the actor to the learner (``session.protocol``), so a method that
 fits this interface splits without any change to the protocol.
 
@@ -42,7 +46,8 @@ class Act:
     action: np.ndarray
     """The agent's own action, float32 ``[action_dim]``: what the transition stores (DSRL: the noise w)."""
     chunk: Any
-    """The chunk to execute, a torch tensor ``[exec_steps, A]`` in the VLA's normalised units."""
+    """The chunk to execute, a torch tensor ``[exec_steps, A]`` in the VLA's normalised units (the
+    backbone's own: not necessarily within [-1, 1])."""
 
 
 def check_handles(vla, names: tuple[str, ...] | list[str], method: str) -> None:

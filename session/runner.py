@@ -238,7 +238,7 @@ class Session:
                     chunk, flagged = op, True
                     padded = np.concatenate([op, np.repeat(op[-1:], exec_steps - len(op), 0)]) \
                         if len(op) < exec_steps else op[:exec_steps]
-                    chunk_n = vla.normalize_actions(torch.from_numpy(padded)).clamp(-1, 1)
+                    chunk_n = vla.clip_normalized_actions(vla.normalize_actions(torch.from_numpy(padded)))
             obs2, r, term, trunc, info = self.env.step(chunk)
             ticks += len(chunk)
             steps += 1

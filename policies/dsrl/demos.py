@@ -84,7 +84,7 @@ def demo_transitions(agent, roots: list[str] | tuple[str, ...], instruction: str
             rows = ep.action[s: s + n]
             if len(rows) < n:
                 rows = np.concatenate([rows, np.repeat(rows[-1:], n - len(rows), 0)])
-            chunk_n = vla.normalize_actions(torch.from_numpy(rows)).clamp(-1, 1).numpy().astype(np.float32)
+            chunk_n = vla.clip_normalized_actions(vla.normalize_actions(torch.from_numpy(rows))).numpy().astype(np.float32)
             last = j == len(starts) - 1
             trs.append(dict(obs=aobs(s), action=zeros, reward=float(last and success), next_obs=aobs(s2),
                             done=bool(last and success), chunk=chunk_n, intervention=True))

@@ -113,6 +113,21 @@ def test_unnormalize_inverts_normalize_within_the_action_range(vla):
     assert torch.allclose(vla.unnormalize_actions(n), acts, atol=1e-5)
 
 
+def test_clip_normalized_actions_clips_only_where_the_units_are_bounded(vla):
+    """An operator's or a demo's normalised chunk is limited to what the sampler returns: [-1, 1] for
+    the compact VLA's min / max units; LeRobot's mean / std units are unbounded (left as they are)."""
+    h, a = vla.action_shape
+    x = torch.linspace(-3, 3, h * a).reshape(1, h, a)
+    clipped = vla.clip_normalized_actions(x)
+    if isinstance(vla, CompactVLA):
+        assert torch.allclose(clipped, x.clamp(-1, 1), atol=1e-6)
+    else:
+        assert torch.equal(clipped, x)
+    with torch.no_grad():
+        sampled = vla.sample_actions_from_embedding(vla.embed(_obs()), noise=3 * _noise(vla, 0), normalized=True)
+    assert torch.allclose(vla.clip_normalized_actions(sampled), sampled, atol=1e-6)  # the sampler's own: kept
+
+
 def test_sampling_from_the_embedding_is_sampling_from_the_observation(vla):
     obs, noise = _obs(), _noise(vla, 3)
     with torch.no_grad():

@@ -20,7 +20,9 @@ Handles the RL modules steer with:
   re-generates chunks for replayed states from stored features; the first ``embed_summary_dim``
   columns are what a critic should read), ``normalize_actions`` / ``unnormalize_actions`` (robot
   units <-> the sampler's own action units, which ``sample_actions_from_embedding(normalized=True)``
-  returns).
+  returns; a backbone's own: min / max [-1, 1] for the compact VLA, mean / std for LeRobot's),
+  ``clip_normalized_actions`` (an operator's or a demo's normalised chunk limited to the range the
+  sampler returns, whatever that is for the backbone).
 
 A backbone that lacks an optional handle raises ``NotImplementedError`` naming it;
 ``require_handles(*names)`` (called when an RL method is built) raises one ``ValueError`` naming
@@ -145,6 +147,16 @@ class VLA(nn.Module, abc.ABC):
     def unnormalize_actions(self, a: torch.Tensor) -> torch.Tensor:
         """The sampler's own action units [..., A] -> robot units [..., A]."""
         raise NotImplementedError(self._missing("unnormalize_actions"))
+
+    def clip_normalized_actions(self, a: torch.Tensor) -> torch.Tensor:
+        """Normalised actions [..., A] that did not come from the sampler (an operator's chunk, a
+        recorded demo's) limited to the range the sampler returns, so that a critic reading
+        normalised chunks sees them as it sees the sampler's. Only a backbone knows that range: the
+        compact VLA's min / max units are [-1, 1] (its sampler and ``unnormalize_actions`` clip
+        there), LeRobot's mean / std or quantile units are unbounded. Default: the round trip
+        ``normalize_actions(unnormalize_actions(a))``, which clips where ``unnormalize_actions``
+        clips and is the identity (up to float rounding) where it does not."""
+        return self.normalize_actions(self.unnormalize_actions(a))
 
     def sample_actions_from_embedding(self, emb: torch.Tensor, noise=None, token=None,
                                       num_steps: int | None = None, normalized: bool = False) -> torch.Tensor:

@@ -31,7 +31,8 @@ Conventions:
   with neither, state and actions pass through un-normalised (a warning says so).
 * ``token`` (ExToken) is not supported: these backbones have no behaviour tokens.
 * Steering handles: ``normalize_actions`` / ``unnormalize_actions`` are the processors' action
-  (un)normaliser (the sampler's units are its normalised space, the real ``A`` dims); refused with
+  (un)normaliser (the sampler's units are its normalised space, the real ``A`` dims: mean / std
+  or quantile units, not bounded to [-1, 1], so ``clip_normalized_actions`` leaves them alone); refused with
   relative actions or the pi-aloha conversion, which need the observation. ``embed`` rows carry
   the denoiser's prefix so that ``sample_actions_from_embedding`` works on stored rows; see
   ``LeRobotVLA.embed`` for the layout and its cost.
@@ -648,6 +649,14 @@ class LeRobotVLA(VLA):
     def unnormalize_actions(self, a: torch.Tensor) -> torch.Tensor:
         """The model's normalised action units [..., A] -> robot units (its postprocessor's unnormaliser)."""
         return self._map_actions(a, self.postprocessor, "unnormalize")
+
+    def clip_normalized_actions(self, a: torch.Tensor) -> torch.Tensor:
+        """Unchanged: LeRobot's normalised action units (mean / std, quantiles) are unbounded; neither
+        its sampler nor its unnormaliser clips them."""
+        a = torch.as_tensor(a, dtype=torch.float32, device=self.device)
+        if a.shape[-1] != self._action_dim:
+            raise ValueError(f"actions must be [..., A={self._action_dim}], got {list(a.shape)}")
+        return a
 
     def _lerobot_train_batch(self, batch: dict) -> dict[str, Any]:
         if ACTION_KEY not in batch:
