@@ -15,7 +15,9 @@ Variants (``DSRLConfig.variant``):
 
 * ``sac``: plain SAC in the noise MDP (``policies.common.sac.SAC`` on ``(feat, w, r, feat')``).
 * ``action``: the baseline the paper compares with -- plain SAC on the raw action space: the
-  agent's action *is* the normalised chunk (``[-1, 1]^(H*A)``), the VLA only provides features.
+  agent's action *is* the normalised chunk (``[-b, b]^(H*A)``, ``b = action_bound``, in the VLA's
+  own normalised units: min / max for the compact VLA, mean / std for LeRobot's), the VLA only
+  provides features.
 * ``na`` (noise-aliased, the paper's recommendation): an action-space critic ``Q^A(s, a)`` on the
   executed chunk ``a`` (normalised units) is trained by TD with
   ``y = r + gamma (1 - d) (min_{i in K} Qbar^A_i(s', pi_vla(s', w')) - alpha log pi^W(w'|s'))``,
@@ -59,21 +61,24 @@ from policies.common.sac import SAC, EnsembleCritic
 from policies.dsrl.config import ENCODERS, VARIANTS, DSRLConfig  # noqa: F401
 
 class _Select(nn.Module):
-    """SAC 'encoder' that reads the stored VLA features: obs {"feat": [B, D]} -> [B, D]."""
+    """SAC 'encoder' that reads the stored VLA features' summary: obs {"feat": [B, D]} -> [B, d], the
+    first ``d = vla.embed_summary_dim`` columns (the rest, if any, is the denoiser's conditioning that
+    ``sample_actions_from_embedding`` rebuilds: the LeRobot adapters' prefix embeddings and masks)."""
 
     def __init__(self, dim: int) -> None:
         super().__init__()
         self.out_dim = dim
 
     def forward(self, obs: dict[str, torch.Tensor]) -> torch.Tensor:
-        return obs["feat"]
+        return obs["feat"][:, : self.out_dim]
 
 
 class DSRLAgent(Agent):
     """The DSRL agent (``policies.base.Agent``; ``vla rl --method dsrl``). Args:
         vla: the frozen VLA (``noise_shape``, ``embed``, ``sample_actions_from_embedding``, ...).
-        feat_dim: size of ``vla.embed()`` (default: ``vla.cfg.cond_dim``); needed unless the agent
-            never reads the embedding (encoder ``cnn`` with variant ``sac`` / ``action``).
+        feat_dim: size of ``vla.embed()`` (default: ``vla.embed_dim``); needed unless the agent
+            never reads the embedding (encoder ``cnn`` with variant ``sac`` / ``action``). Encoder
+            ``vla``: actor and critics read its first ``vla.embed_summary_dim`` columns.
         cameras, state_dim: encoder ``cnn``: the camera names and the robot state's length.
     """
 
@@ -116,10 +121,10 @@ class DSRLAgent(Agent):
             self.obs_spec["state"] = ((int(state_dim),), np.float32)
         else:
             self.cameras = []
-            encoder = _Select(self.feat_dim)
+            encoder = _Select(_summary_dim(vla, self.feat_dim))
         if stores_feat:
             self.obs_spec["feat"] = ((self.feat_dim,), np.float32)
-        bound = 1.0 if cfg.variant == "action" else cfg.noise_bound
+        bound = cfg.action_bound if cfg.variant == "action" else cfg.noise_bound
         sac_cfg = dataclasses.replace(cfg.sac, action_scale=bound)
         # NA: the encoder learns from Q^A's TD loss (below), not from Q^W's distillation
         self.sac = SAC(None, self.noise_dim, sac_cfg, encoder=encoder, seed=seed,
@@ -163,7 +168,7 @@ class DSRLAgent(Agent):
         """The chunk [B, H, A] for features ``feat`` and agent action ``w``: the VLA's denoising of
         noise ``w`` (DSRL), or ``w`` itself as a normalised chunk (the ``action`` baseline)."""
         if self.cfg.variant == "action":
-            x = self.w_to_noise(w).clamp(-1, 1)
+            x = self.w_to_noise(w)  # within [-action_bound, action_bound]: tanh-squashed (warm-up: clipped)
             return x if normalized else self.vla.unnormalize_actions(x)
         return self.vla.sample_actions_from_embedding(feat, noise=self.w_to_noise(w), normalized=normalized)
 
@@ -348,6 +353,18 @@ def _camera_layout(cfg: DSRLConfig, observation_space) -> dict[str, Any]:
         raise ValueError(f"encoder {cfg.encoder!r} reads the env's cameras and state: the env needs an "
                          "observation_space with 'images' and 'state' (a learner without an env cannot build it)")
     return {"cameras": list(spaces["images"].spaces), "state_dim": int(spaces["state"].shape[0])}
+
+
+def _summary_dim(vla, feat_dim: int) -> int:
+    """The columns of ``vla.embed()`` a critic reads (the VLA interface's ``embed_summary_dim``; all
+    ``feat_dim`` of them where the VLA cannot say)."""
+    try:
+        d = int(vla.embed_summary_dim)
+    except (AttributeError, NotImplementedError):
+        return feat_dim
+    if not 0 < d <= feat_dim:
+        raise ValueError(f"the VLA's embed_summary_dim {d} must be in [1, feat_dim = {feat_dim}]")
+    return d
 
 
 def _embed_dim(vla) -> int:

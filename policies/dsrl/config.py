@@ -15,7 +15,7 @@ ENCODERS = ("vla", "cnn")
 @dataclasses.dataclass(frozen=True)
 class DSRLConfig:
     NOT_FLAGS: ClassVar[tuple[str, ...]] = ("sac.action_scale",)
-    """Fields the command line does not offer (action_scale is set from noise_bound)."""
+    """Fields the command line does not offer (action_scale is set from noise_bound / action_bound)."""
 
     variant: str = dataclasses.field(default="na", metadata={"choices": VARIANTS})
     """DSRL variant: ``na`` (noise-aliased, recommended), ``sac`` (SAC directly in noise space) or
@@ -26,6 +26,9 @@ class DSRLConfig:
     the replay stores the frames, so such a session runs in-process only)."""
     noise_bound: float = 1.5
     """b: the agent's noise lies in [-b, b]^d (paper: 1.0 - 2.5)."""
+    action_bound: float = 1.0
+    """action: the agent's chunk lies in [-b, b]^(H*A) of the VLA's normalised action units (1: the compact
+    VLA's whole min / max range; a LeRobot backbone's mean / std units need about 3 to reach most of its data)."""
     noise_dims: int | None = None
     """None: w has H*A dims (the whole chunk's noise). A: one A-dim w tiled over the H rows (pi0 option)."""
     exec_steps: int | None = None
@@ -37,7 +40,7 @@ class DSRLConfig:
     image_pad: int = 4
     """cnn: DrQ random shift of the replayed frames by up to +-image_pad pixels per critic update (0: none)."""
     sac: SACConfig = SACConfig(utd=20, init_log_std=0.0, init_temperature=0.01, backup_entropy=False)
-    """SAC settings (action_scale is set from noise_bound). ``init_log_std`` 0: the first noise policy
+    """SAC settings (action_scale is set from noise_bound, or action_bound for variant action). ``init_log_std`` 0: the first noise policy
     is b tanh(N(0, I)), close to the N(0, I) the VLA denoises, so a session starts at the base VLA.
     ``init_temperature`` 0.01: the success reward is 0 / 1 while a 56-d noise policy's log-density is
     tens of nats (alpha = 1 would drown the reward in entropy); no soft backup (SERL, sparse rewards)."""
@@ -47,6 +50,8 @@ class DSRLConfig:
             raise ValueError(f"DSRLConfig.variant must be one of {VARIANTS}, got {self.variant!r}")
         if not self.noise_bound > 0:
             raise ValueError(f"DSRLConfig.noise_bound must be positive, got {self.noise_bound}")
+        if not self.action_bound > 0:
+            raise ValueError(f"DSRLConfig.action_bound must be positive, got {self.action_bound}")
         if self.distill_steps < 1:
             raise ValueError("DSRLConfig.distill_steps must be >= 1")
         if self.encoder not in ENCODERS:

@@ -63,6 +63,21 @@ def test_dsrl_learns_the_noise_that_gives_the_rewarded_chunk(variant):
     assert err < 0.25 * base, (variant, err, base)
 
 
+def test_the_action_baseline_acts_within_action_bound_in_the_vlas_own_units():
+    """Variant ``action``: the agent's chunk is its action, in [-action_bound, action_bound] of the VLA's
+    normalised units, not clipped to [-1, 1] (a LeRobot backbone's mean / std units reach beyond)."""
+    agent = DSRLAgent(ToyVLA(), DSRLConfig(variant="action", action_bound=3.0, sac=SACConfig(num_critics=2, hidden=(16,))),
+                      seed=0)
+    feat = torch.ones(64, 4)
+    for warmup in (True, False):
+        w = agent.act(feat, np.random.default_rng(0), warmup=warmup)
+        chunk = agent.chunk(feat, w, normalized=True)
+        assert torch.equal(chunk, agent.w_to_noise(w))
+        assert 1.0 < float(chunk.abs().max()) <= 3.0, (warmup, float(chunk.abs().max()))
+    with pytest.raises(ValueError, match="action_bound must be positive"):
+        DSRLConfig(variant="action", action_bound=0.0)
+
+
 def test_noise_mapping_full_and_tiled():
     vla = ToyVLA()
     full = DSRLAgent(vla, DSRLConfig(sac=SACConfig(num_critics=2)), seed=0)
