@@ -42,11 +42,7 @@ def demo_transitions(agent, roots: list[str] | tuple[str, ...], instruction: str
 
     vla = agent.vla
     n = agent.exec_steps
-    vcfg = getattr(vla, "cfg", None)
-    cameras = list(dict.fromkeys([*getattr(vcfg, "cameras", ()), *agent.cameras])) or None
-    image_size = int(getattr(vcfg, "image_size", 0) or agent.cfg.image_size)
-    if getattr(vcfg, "crops", ()):  # the VLA crops before it resizes: give it the recorded frames
-        image_size = None
+    cameras, image_size = _frames_to_load(vla, agent)
     outcomes: dict[str, dict[int, bool]] = {}
     for root in roots:
         root = os.path.abspath(root)
@@ -95,3 +91,27 @@ def demo_transitions(agent, roots: list[str] | tuple[str, ...], instruction: str
         raise ValueError(f"--demos: no episode of {report['datasets']} has the session's instruction "
                          f"{instruction!r} ({report['skipped_other_instruction']} episode(s) have another)")
     return trs, report
+
+
+def _frames_to_load(vla, agent) -> tuple[list[str] | None, int | None]:
+    """(cameras, image size) at which to load the recorded frames, so that the VLA's features of
+    them are those it computes online from the env's frames, at the least memory.
+
+    * A backbone whose config names its cameras and one square ``image_size`` it resizes every frame
+      to before anything else (the compact VLA) gets only those cameras, resized to that size up
+      front; unless it crops first (``crops``): then the recorded frames, which it crops and resizes
+      as at inference (a resize before its crop would change what it sees).
+    * Any other backbone (the LeRobot adapters: their processors resize and pad to the policy's own
+      resolution; no ``cfg``) gets the recorded frames of every camera, as the env hands them over
+      online.
+
+    Encoder ``cnn`` adds its own cameras (``observe_with`` resizes them to ``image_size`` itself);
+    ``None`` cameras: every camera of the dataset."""
+    vcfg = getattr(vla, "cfg", None)
+    vla_cameras = tuple(getattr(vcfg, "cameras", ()) or ())
+    size = getattr(vcfg, "image_size", None)
+    cameras = list(dict.fromkeys([*vla_cameras, *agent.cameras]))
+    if not vla_cameras or not isinstance(size, int) or getattr(vcfg, "crops", ()):
+        # the recorded frames; every camera unless the VLA names its own (then those + the encoder's)
+        return (cameras if vla_cameras else None), None
+    return cameras, size
