@@ -76,13 +76,25 @@ def _patch_tiny(mp: pytest.MonkeyPatch, tok) -> None:
         from_pretrained=lambda name, **kw: types.SimpleNamespace(tokenizer=tok)))
 
 
-def _config(kind: str, vlm_dir):
+def _save_tiny_vlm(path) -> None:
+    """SmolVLA's VLM config (``vlm_model_name``): a tiny SmolVLM, saved at ``path``."""
+    from transformers import SmolVLMConfig
+
+    SmolVLMConfig(vision_config=dict(hidden_size=16, intermediate_size=32, num_hidden_layers=1, num_attention_heads=2,
+                                     image_size=32, patch_size=8),
+                  text_config=dict(model_type="llama", hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                                   num_attention_heads=4, num_key_value_heads=2, head_dim=8, vocab_size=VOCAB),
+                  scale_factor=2).save_pretrained(path)
+
+
+def _config(kind: str, vlm_dir, cameras=("front",), state_dim: int = 4, action_dim: int = A):
     from lerobot.configs import FeatureType, PolicyFeature
 
-    common = dict(input_features={"observation.images.front": PolicyFeature(FeatureType.VISUAL, (3, 28, 28)),
-                                  "observation.state": PolicyFeature(FeatureType.STATE, (4,))},
-                  output_features={"action": PolicyFeature(FeatureType.ACTION, (A,))},
-                  chunk_size=H, n_action_steps=H, max_state_dim=8, max_action_dim=A_MAX, device="cpu")
+    images = {f"observation.images.{c}": PolicyFeature(FeatureType.VISUAL, (3, 28, 28)) for c in cameras}
+    common = dict(input_features={**images, "observation.state": PolicyFeature(FeatureType.STATE, (state_dim,))},
+                  output_features={"action": PolicyFeature(FeatureType.ACTION, (action_dim,))},
+                  chunk_size=H, n_action_steps=H, max_state_dim=8, max_action_dim=max(A_MAX, action_dim),
+                  device="cpu")
     if kind == "pi0":
         from lerobot.policies.pi0.configuration_pi0 import PI0Config
 
@@ -108,15 +120,9 @@ def _policy(kind: str, config):
 @pytest.fixture(scope="module")
 def tiny(tmp_path_factory):
     """Tiny-model patches for the whole module; -> ``load(kind, **kw)`` and the checkpoint dirs."""
-    from transformers import SmolVLMConfig
-
     root = tmp_path_factory.mktemp("lerobot_ckpts")
     vlm_dir = root / "tiny_smolvlm"
-    SmolVLMConfig(vision_config=dict(hidden_size=16, intermediate_size=32, num_hidden_layers=1, num_attention_heads=2,
-                                     image_size=32, patch_size=8),
-                  text_config=dict(model_type="llama", hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-                                   num_attention_heads=4, num_key_value_heads=2, head_dim=8, vocab_size=VOCAB),
-                  scale_factor=2).save_pretrained(vlm_dir)
+    _save_tiny_vlm(vlm_dir)
     tok = _tokenizer()
     threads = torch.get_num_threads()
     torch.set_num_threads(1)  # tiny matmuls: thread hand-offs cost ~100x the work on a shared CPU
