@@ -17,7 +17,8 @@ EVAL_POLICIES = ("sample", "mean")
 @dataclasses.dataclass(frozen=True)
 class RLConfig:
     checkpoint: str
-    """The VLA to steer: a checkpoint or `vla train` run directory. It stays frozen."""
+    """The VLA to steer: a checkpoint directory (the compact VLA, or a LeRobot pi0 / pi05 / SmolVLA policy) or a
+    `vla train` run directory. It stays frozen."""
     out: str
     """Run directory (new)."""
     task: str
