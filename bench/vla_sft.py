@@ -49,6 +49,10 @@ class Row:
     record: tuple[str, ...] = ()
     train: tuple[str, ...] = ()
     eval: tuple[str, ...] = ()
+    dagger_rounds: int = 0
+    """DAgger rounds after the first training: the newest model drives ``--dagger-episodes`` episodes
+    per task (``vla record --dagger``, seeds 1000 r ...), the privileged expert labels them, and
+    ``vla train --init`` fine-tunes the newest model on every dataset so far for ``--dagger-steps``."""
 
     @property
     def data_key(self) -> str:
@@ -61,6 +65,10 @@ class Row:
         evaluate differently)."""
         return self.data_key + "".join(f"_{a.strip('-').replace('.', 'p').replace(',', '-').replace('=', '-')}"
                                        for a in self.train)
+
+    def round_key(self, r: int) -> str:
+        """The run after DAgger round r (round 0: the first training)."""
+        return self.train_key + (f"_dagger{r}" if r else "")
 
 
 ROWS = {r.name: r for r in (
@@ -77,6 +85,10 @@ ROWS = {r.name: r for r in (
         train=("--crop", FRONT_CROP, "--fine-blocks", "3", "--shift-pad", "0"), eval=("--exec-steps", "4")),
     Row("crop_fine3_128", "crop + stride-4 keypoints at 128 px (32x32 keypoint map)",
         train=("--crop", FRONT_CROP, "--fine-blocks", "3", "--image-size", "128")),
+    Row("crop_fine3_noshift_dagger1_exec4", "crop + stride-4 keypoints, no random shift, one DAgger round "
+        "(the model drives, re-planning every 4 ticks; the expert labels), re-plan every 4 ticks",
+        train=("--crop", FRONT_CROP, "--fine-blocks", "3", "--shift-pad", "0"), eval=("--exec-steps", "4"),
+        dagger_rounds=1),
     Row("dart", "DART noise 1 cm per tick while recording", record=("--dart", "0.01")),
     Row("dart_crop", "DART 1 cm + front crop", record=("--dart", "0.01"), train=("--crop", FRONT_CROP)),
     Row("dart_crop_exec4", "DART 1 cm + front crop, re-plan every 4 ticks", record=("--dart", "0.01"),
@@ -94,11 +106,23 @@ def _run(cmd: list[str], log: pathlib.Path) -> float:
     return time.perf_counter() - t0
 
 
+def _augment_flags(train: tuple[str, ...]) -> list[str]:
+    """The augmentation flags of a row's ``vla train`` flags (a fine-tuning run takes the model's
+    settings from its --init checkpoint, but not how the data is augmented)."""
+    out = []
+    for flag, value in zip(train, train[1:]):
+        if flag in ("--shift-pad", "--jitter"):
+            out += [flag, value]
+    return out
+
+
 def run_row(row: Row, args, site: str) -> dict:
     vla = [sys.executable, "-m", "vla.cli"]
     data_dir, runs_dir = pathlib.Path(args.data_dir), pathlib.Path(args.runs_dir)
     run_dir = runs_dir / row.train_key
-    settings = {"demos": args.demos, "steps": args.steps, "eval_episodes": args.eval_episodes, "tasks": list(args.task),
+    settings = {"demos": args.demos, "steps": args.steps,
+                **({"dagger_rounds": row.dagger_rounds, "dagger_episodes": args.dagger_episodes,
+                    "dagger_steps": args.dagger_steps} if row.dagger_rounds else {}), "eval_episodes": args.eval_episodes, "tasks": list(args.task),
                 "record": list(row.record), "train": list(row.train), "eval": list(row.eval)}
     done = run_dir / f"bench_{row.name}.json"
     if done.is_file():
@@ -123,6 +147,26 @@ def run_row(row: Row, args, site: str) -> dict:
         train_s = _run([*vla, "train", *sum((["--dataset", d] for d in datasets), []), "--out", str(run_dir),
                         "--steps", str(args.steps), "--aug-views", "1", "--threads", str(args.threads),
                         "--save-every", str(max(1, args.steps // 3)), *row.train], runs_dir / f"{row.train_key}.train.log")
+    for r in range(1, row.dagger_rounds + 1):
+        prev, run_dir = run_dir, runs_dir / row.round_key(r)
+        for task in args.task:
+            root = data_dir / f"{row.round_key(r)}_{task}"
+            datasets.append(str(root))
+            if not (root / "meta" / "info.json").is_file():
+                record_s = (record_s or 0.0) + _run(
+                    [*vla, "record", "--robot", site, "--task", task, "--teleop", "scripted", "--dagger", str(prev),
+                     "--episodes", str(args.dagger_episodes), "--seed", str(1000 * r), "--root", str(root)],
+                    data_dir / f"{root.name}.log")
+        if run_dir.exists() and not (run_dir / "model").is_dir():
+            raise RuntimeError(f"{run_dir} holds an unfinished training run: `vla train --resume {run_dir}` it or "
+                               "remove it")
+        if not (run_dir / "model").is_dir():
+            train_s += _run([*vla, "train", *sum((["--dataset", d] for d in datasets), []), "--init", str(prev),
+                             "--out", str(run_dir), "--steps", str(args.dagger_steps), "--warmup-steps", "100",
+                             "--aug-views", "1", "--threads", str(args.threads),
+                             "--save-every", str(max(1, args.dagger_steps // 3)),
+                             *_augment_flags(row.train)],
+                            runs_dir / f"{run_dir.name}.train.log")
     eval_dir = run_dir / f"eval_{row.name}"
     eval_s = _run([*vla, "eval", "--checkpoint", str(run_dir), "--robot", site, "--episodes", str(args.eval_episodes),
                    "--videos", "1", "--threads", str(args.threads), "--out", str(eval_dir),
@@ -184,6 +228,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--task", action="append", help=f"tasks (default {', '.join(TASKS)})")
     ap.add_argument("--demos", type=int, default=60, help="scripted demos per task (default 60)")
     ap.add_argument("--steps", type=int, default=3000, help="vla train steps (default 3000)")
+    ap.add_argument("--dagger-episodes", type=int, default=40, help="DAgger rows: policy-driven episodes per task "
+                    "and round (default 40)")
+    ap.add_argument("--dagger-steps", type=int, default=1500, help="DAgger rows: fine-tuning steps per round "
+                    "(default 1500)")
     ap.add_argument("--eval-episodes", type=int, default=50, help="evaluation episodes per task (default 50)")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--port", type=int, default=6600, help="first port of the bench's own sim bridge")
@@ -196,6 +244,7 @@ def main(argv: list[str] | None = None) -> int:
     args.data_dir, args.runs_dir = os.path.abspath(args.data_dir), os.path.abspath(args.runs_dir)
     if args.quick:
         args.demos, args.steps, args.eval_episodes = 2, 30, 2
+        args.dagger_episodes, args.dagger_steps = 2, 10
         args.row = args.row or ["dart_crop"]
     rows = [ROWS[r] for r in (args.row or ROWS)]
     from dsrl import site_with_ports

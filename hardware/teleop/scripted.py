@@ -174,6 +174,11 @@ class ScriptedExpert(Teleop):
 
     max_regrasps = 5
     settle_ticks = 3
+    follow_state = False
+    """DAgger labelling (``vla record --dagger``): a policy drives, so every tick the pick phase is
+    read off the state instead of the phase machine's memory (see :meth:`_sync_pick`). Only the
+    pick and lift skills support it (:attr:`FOLLOW_STATE_SKILLS`)."""
+    FOLLOW_STATE_SKILLS = ("pick", "lift")
 
     def __init__(self, name: str = "scripted", quality: float = 1.0, noise_std: float | None = None, seed: int = 0,
                  max_step_m: float = 0.05, max_rot: float = 0.2, **knobs) -> None:
@@ -365,6 +370,22 @@ class ScriptedExpert(Teleop):
         step = self.plan[self.k]
         return getattr(self, f"_{step[0]}")(step, objs, ee, eq, grip)
 
+    def _sync_pick(self, c, xy, hover, grasp_z, ee, grip) -> None:
+        """``follow_state``: someone else drives the robot (DAgger), so the phase machine's memory says
+        nothing about where the robot is. Read the pick phase off the state instead, so that the
+        label is what this expert does from that state in its own demonstrations."""
+        if grasped(c, ee, grip):
+            want = "lift"
+        elif grip < 0.9:  # closing or closed: keep closing on the cube, else open and start over
+            near = dist_xy(ee, xy) < 0.015 and ee[2] - grasp_z < 0.015
+            want = "close" if near and self.phase == "close" else "approach"
+        elif dist_xy(ee, xy) < 0.012 and ee[2] < hover + 0.03:
+            want = "close" if ee[2] - grasp_z < 0.006 else "descend"
+        else:
+            want = "approach"
+        if want != self.phase:
+            self._enter(want)
+
     def _pick(self, step, objs, ee, eq, grip):
         c = objs[step[1]]
         cur = finger_angle(eq)
@@ -372,6 +393,8 @@ class ScriptedExpert(Teleop):
         xy = c[:2] + self.grasp_offset
         hover = max(float(c[2]) + HOVER_DZ, 0.12)
         grasp_z = float(c[2]) - 0.004
+        if self.follow_state:
+            self._sync_pick(c, xy, hover, grasp_z, ee, grip)
         if self.phase == "approach":
             if ee[2] < hover - 0.03 and dist_xy(ee, xy) > 0.03:  # rise before flying over things
                 return np.array([ee[0], ee[1], hover]), cur, 1.0

@@ -16,7 +16,8 @@ from hardware.sim_franka import SimFranka  # noqa: E402
 from hardware.sim_tasks import (CUBE_HALF, FOOTPRINT, OBJECT_NAMES, TASKS, SubgoalTracker, achieved_tasks,  # noqa: E402
                                 cube_yaw, get_task, objects_from_state)
 from hardware.teleop import load_teleop  # noqa: E402
-from hardware.teleop.scripted import ExpertKnobs, ScriptedExpert, expected_success, finger_angle  # noqa: E402
+from hardware.teleop.scripted import (HOME_DOWN_QUAT, ExpertKnobs, ScriptedExpert, expected_success,  # noqa: E402
+                                      finger_angle)
 from rewards.sim_success import success_reward  # noqa: E402
 from robot_io.limits import ArmLimits  # noqa: E402
 from robot_io.wire import Message  # noqa: E402
@@ -276,3 +277,35 @@ def test_success_reward_on_a_fake_env():
     del real_arm.client.last_state.arrays["objects"]
     with pytest.raises(RuntimeError, match="objects"):
         fn(real_arm, {}, {})
+
+
+@pytest.mark.parametrize("name", ["pick_red_cube", "lift_green_cube"])
+def test_follow_state_expert_still_solves_pick_tasks(sim, name):
+    """DAgger labelling reads the pick phase off the state: driving itself, it must still succeed."""
+    for seed in (0, 1):
+        ex = ScriptedExpert(quality=1.0, seed=seed)
+        ex.follow_state = True
+        assert run_episode(sim, name, ex, seed)["success"], (name, seed)
+
+
+def test_follow_state_labels_come_from_the_state_not_the_phase_memory():
+    """A policy brought the open gripper just over the cube: the phase machine still thinks it is
+    approaching (and would fly up to the hover height); the DAgger labeller says go down."""
+    objs = scene()
+    c = objs["red_cube"]
+    names = list(objs)
+    privileged = {"objects": np.stack([objs[n] for n in names]), "object_names": names,
+                  "ee_pos": np.array([c[0] + 0.004, c[1], c[2] + 0.03]), "ee_quat": HOME_DOWN_QUAT, "gripper": [1.0]}
+    labels = {}
+    for follow in (False, True):
+        ex = ScriptedExpert(quality=1.0, noise_std=0.0, rot_noise_std=0.0, seed=0)
+        ex.follow_state = follow
+        ex.begin_episode("pick_red_cube", seed=0)
+        labels[follow] = ex.read(None, privileged).action
+    assert labels[False][2] > 0.02 and labels[False][6] == 1.0  # memory: up to the hover height
+    assert labels[True][2] < 0 and labels[True][6] == 1.0  # state: down onto the cube, fingers open
+    privileged["ee_pos"] = np.array([c[0], c[1], c[2] - 0.002])  # at grasp height: close
+    ex = ScriptedExpert(quality=1.0, noise_std=0.0, rot_noise_std=0.0, seed=0)
+    ex.follow_state = True
+    ex.begin_episode("pick_red_cube", seed=0)
+    assert ex.read(None, privileged).action[6] == 0.0

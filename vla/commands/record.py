@@ -153,12 +153,17 @@ def run(args) -> int:
     teleop = teleop_cls(quality=args.expert_quality, seed=args.seed) if args.teleop == "scripted" else teleop_cls()
     driver = None
     if args.dagger:
+        unsupported = sorted({step[0] for step in task.skills} - set(teleop.FOLLOW_STATE_SKILLS))
+        if unsupported:
+            raise ValueError(f"--dagger: the scripted expert labels only {list(teleop.FOLLOW_STATE_SKILLS)} skills "
+                             f"from the state a policy reached; task {task.name!r} also has {unsupported}")
         from vla.envs import ChunkDriver, VLAPolicy
         from vla.models import load_vla
         from vla.train import resolve_checkpoint
 
-        driver = ChunkDriver(VLAPolicy(load_vla(resolve_checkpoint(args.dagger)).eval(), args.dagger_exec_steps), beta=args.dagger_beta,
-                             seed=args.seed)
+        policy = VLAPolicy(load_vla(resolve_checkpoint(args.dagger)).eval(), args.dagger_exec_steps)
+        driver = ChunkDriver(policy, beta=args.dagger_beta, seed=args.seed)
+        teleop.follow_state = True
     keep_failures = args.keep_failures or driver is not None
 
     log_path = os.path.abspath(args.root.rstrip("/") + f".bridge-{dt.datetime.now():%Y%m%d-%H%M%S}.log")
