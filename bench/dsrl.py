@@ -16,7 +16,8 @@ success mean / min / max over seeds, the first tick at which an evaluation reach
 clock. Goal (issue "DSRL"): >= 90% within 10K steps for both DSRL variants.
 
 Writes ``bench/results/dsrl.json`` and ``dsrl.png`` (learning curves: mean over seeds with the
-min-max band, base VLA dashed).
+min-max band, base VLA dashed): the latest run. ``bench/results/README.md`` keeps one table of every
+round; the sessions' run directories stay in ``--work`` (``bench/dsrl_episodes.py`` reads them).
 
     .venv/bin/python bench/dsrl.py --checkpoint runs/vla_low --task pick_red_cube --task lift_green_cube
     .venv/bin/python bench/dsrl.py --quick --checkpoint ... --task pick_red_cube   # smoke run
@@ -118,6 +119,11 @@ def collect(job: dict) -> dict:
     res.update(base=s["base_success_rate"], final=s["final_success_rate"], ticks=s["ticks"], curve=curve,
                first_tick_at_90=reached, vla_weights_unchanged=s["vla_weights_unchanged"])
     return res
+
+
+def portable(arg: str | None) -> str | None:
+    """An absolute path in the results becomes its last two parts (no machine paths in results)."""
+    return os.path.join(*pathlib.Path(arg).parts[-2:]) if arg and os.path.isabs(arg) else arg
 
 
 def summarize(rows: list[dict]) -> dict:
@@ -245,7 +251,10 @@ def main(argv=None) -> int:
                                                        "noise_bound",
                                                        "exec_steps", "eval_every", "eval_episodes", "jobs",
                                                        "demos")},
-           "wall_s_total": time.perf_counter() - t_start, "summary": summary, "goals": goals, "runs": done}
+           "wall_s_total": time.perf_counter() - t_start, "summary": summary, "goals": goals,
+           "runs": [{**r, "out": portable(r["out"])} for r in done]}
+    for k in ("checkpoint", "demos"):
+        res["settings"][k] = portable(res["settings"][k])
     args.out.mkdir(parents=True, exist_ok=True)
     with open(args.out / "dsrl.json", "w") as f:
         json.dump(res, f, indent=2)

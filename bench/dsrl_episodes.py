@@ -12,11 +12,13 @@ sessions' own episode logs, i.e. what the agent did while it learned, and answer
   checkpoint: the RMS of the noise actions, and how far their per-dimension mean drifts from 0
   (the base VLA samples w ~ N(0, I)).
 
-It copies each session's small logs (episodes.jsonl, evals.jsonl, base_eval.json, summary.json,
-rl_config.json, and demos.json when the session had demos) into ``OUT/sessions/<session>/``, so the
-figures can be re-made from the committed files alone (``--work OUT/sessions``; the noise statistics then come from ``train_success.json``).
+Writes ``OUT/dsrl_episodes.json`` (per session: the success of every training episode, the rates
+above, the noise statistics) and ``dsrl_episodes.png``. The JSON holds everything the plot needs:
+without ``--work`` the plot is re-made from it alone, so the sessions' own logs need not be kept
+with the results.
 
-    .venv/bin/python bench/dsrl_episodes.py --work /work/runs/dsrl3 --out bench/results/dsrl_round3
+    .venv/bin/python bench/dsrl_episodes.py --work runs/dsrl6 --out bench/results
+    .venv/bin/python bench/dsrl_episodes.py --out bench/results      # re-plot from dsrl_episodes.json
 """
 
 from __future__ import annotations
@@ -26,16 +28,15 @@ import json
 import os
 import pathlib
 import re
-import shutil
 import sys
 
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from dsrl import COLORS, METHODS  # noqa: E402  (the session names and colours of bench/dsrl.py)
+from dsrl import COLORS, METHODS, portable  # noqa: E402  (the session names and colours of bench/dsrl.py)
 
 SESSION = re.compile(rf"^(?P<task>.+)-(?P<method>{'|'.join(map(re.escape, METHODS))})-s(?P<seed>\d+)$")
-LOGS = ("episodes.jsonl", "evals.jsonl", "base_eval.json", "summary.json", "rl_config.json", "demos.json")
+REPORT = "dsrl_episodes"
 
 
 def read_jsonl(path: str) -> list[dict]:
@@ -76,8 +77,8 @@ def analyse(work: str, out: pathlib.Path, window: int) -> dict:
     if not sessions:
         raise SystemExit(f"{work}: no session directories named <task>-<method>-s<seed>")
     old = {}
-    if (out / "train_success.json").is_file():  # re-run from OUT/sessions: keep the noise statistics
-        old = {r["session"]: r for r in json.load(open(out / "train_success.json"))["sessions"]}
+    if (out / f"{REPORT}.json").is_file():  # sessions whose checkpoint is gone: keep the noise statistics
+        old = {r["session"]: r for r in json.load(open(out / f"{REPORT}.json"))["sessions"]}
     rows = []
     for name in sessions:
         src = os.path.join(work, name)
@@ -102,12 +103,6 @@ def analyse(work: str, out: pathlib.Path, window: int) -> dict:
         if row["noise"] is None and name in old:
             row["noise"] = old[name].get("noise")
         rows.append(row)
-        dst = out / "sessions" / name
-        if os.path.abspath(src) != os.path.abspath(dst):
-            dst.mkdir(parents=True, exist_ok=True)
-            for f in LOGS:
-                if os.path.isfile(os.path.join(src, f)):
-                    shutil.copy2(os.path.join(src, f), dst / f)
     summary: dict = {}
     keys = ("warmup", "first_half", "second_half")
     for r in rows:
@@ -119,12 +114,22 @@ def analyse(work: str, out: pathlib.Path, window: int) -> dict:
             for k in keys:
                 vals = [x for x in m[k] if x is not None]
                 m[f"{k}_mean"] = float(np.mean(vals)) if vals else None
-    res = {"bench": "dsrl_episodes", "work": os.path.abspath(work), "window": window, "summary": summary,
-           "sessions": rows}
+    res = {"bench": "dsrl_episodes", "work": portable(os.path.abspath(work)), "window": window,
+           "summary": summary, "sessions": rows}
     out.mkdir(parents=True, exist_ok=True)
-    with open(out / "train_success.json", "w") as f:
+    with open(out / f"{REPORT}.json", "w") as f:
         json.dump(res, f, indent=2)
-    plot(rows, out / "train_success.png", window)
+    plot(rows, out / f"{REPORT}.png", window)
+    return res
+
+
+def replot(out: pathlib.Path) -> dict:
+    """``OUT/dsrl_episodes.png`` again from ``OUT/dsrl_episodes.json`` alone."""
+    path = out / f"{REPORT}.json"
+    if not path.is_file():
+        raise SystemExit(f"{path}: no report to re-plot (give --work, a bench/dsrl.py --work directory)")
+    res = json.load(open(path))
+    plot(res["sessions"], out / f"{REPORT}.png", res["window"])
     return res
 
 
@@ -160,18 +165,20 @@ def plot(rows: list[dict], path: pathlib.Path, window: int) -> None:
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--work", required=True, help="the --work directory of a bench/dsrl.py run (or OUT/sessions)")
-    ap.add_argument("--out", type=pathlib.Path, required=True, help="where train_success.json / .png go")
-    ap.add_argument("--window", type=int, default=10, help="rolling-mean window, episodes")
+    ap.add_argument("--work", default=None,
+                    help="the --work directory of a bench/dsrl.py run (omitted: re-plot OUT/dsrl_episodes.json)")
+    ap.add_argument("--out", type=pathlib.Path, required=True, help="where dsrl_episodes.json / .png go")
+    ap.add_argument("--window", type=int, default=10, help="rolling-mean window, episodes (with --work)")
     args = ap.parse_args(argv)
-    res = analyse(args.work, args.out, args.window)
+    res = analyse(args.work, args.out, args.window) if args.work else replot(args.out)
     for task, ms in res["summary"].items():
         for method, m in ms.items():
             pct = {k: "-" if m[f"{k}_mean"] is None else f"{m[f'{k}_mean']:.0%}" for k in ("warmup", "first_half",
                                                                                           "second_half")}
             print(f"{task:<18} {method:<9} training success: warm-up {pct['warmup']}, then first half "
                   f"{pct['first_half']}, second half {pct['second_half']} ({len(m['second_half'])} sessions)")
-    print(f"wrote {args.out / 'train_success.json'} and train_success.png")
+    print(f"wrote {args.out / (REPORT + '.json')} and {REPORT}.png" if args.work else
+          f"wrote {args.out / (REPORT + '.png')} from {REPORT}.json")
     return 0
 
 

@@ -38,19 +38,23 @@ def test_bench_dsrl_quick(tmp_path):
     r = subprocess.run([sys.executable, str(ROOT / "bench" / "dsrl_episodes.py"), "--work", str(tmp_path / "work"),
                         "--out", str(tmp_path / "res")], cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
-    ep = json.loads((tmp_path / "res" / "train_success.json").read_text())
+    ep = json.loads((tmp_path / "res" / "dsrl_episodes.json").read_text())
     assert {s["method"] for s in ep["sessions"]} == {"dsrl-na", "sac-raw"}
     for s in ep["sessions"]:
         logged = [json.loads(x)["success"] for x in
                   (tmp_path / "work" / s["session"] / "episodes.jsonl").read_text().splitlines() if x.strip()]
         assert s["success"] == [int(x) for x in logged] and s["episodes"] == len(logged)
-        assert (tmp_path / "res" / "sessions" / s["session"] / "episodes.jsonl").is_file()
         assert (s["noise"] is None) == (s["method"] == "sac-raw")  # noise statistics for DSRL sessions only
-    # the committed copies alone re-make the report, keeping the noise statistics read from the replay
-    r = subprocess.run([sys.executable, str(ROOT / "bench" / "dsrl_episodes.py"), "--work",
-                        str(tmp_path / "res" / "sessions"), "--out", str(tmp_path / "res")],
+    png = tmp_path / "res" / "dsrl_episodes.png"
+    assert png.stat().st_size > 10_000
+    assert not (tmp_path / "res" / "sessions").exists()  # the sessions' logs are not copied into the results
+    # no machine paths in the results: absolute paths are recorded as their last two parts
+    for name in ("dsrl.json", "dsrl_episodes.json"):
+        assert str(tmp_path) not in (tmp_path / "res" / name).read_text(), name
+    # the report alone re-makes its plot (what is committed is the JSON and the PNG)
+    png.unlink()
+    r = subprocess.run([sys.executable, str(ROOT / "bench" / "dsrl_episodes.py"), "--out", str(tmp_path / "res")],
                        cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
-    again = json.loads((tmp_path / "res" / "train_success.json").read_text())
-    assert [s["noise"] for s in again["sessions"]] == [s["noise"] for s in ep["sessions"]]
-    assert (tmp_path / "res" / "train_success.png").stat().st_size > 10_000
+    assert png.stat().st_size > 10_000
+    assert json.loads((tmp_path / "res" / "dsrl_episodes.json").read_text()) == ep
