@@ -124,6 +124,12 @@ class SpatialSoftmax(nn.Module):
         return (att @ self.pos).flatten(1)
 
 
+def _channels_last(x: torch.Tensor | None) -> torch.Tensor | None:
+    """The necks run their convolutions in channels-last layout (weights and inputs): on a CPU that
+    is about twice as fast for these small-channel 3x3 convolutions as the default layout."""
+    return None if x is None else x.contiguous(memory_format=torch.channels_last)
+
+
 class CameraNeck(nn.Module):
     """Keypoints (spatial softmax of 1x1-conv channels) from the fine map, a projection of the
     coarse map; -> [B, 2 K + out]."""
@@ -140,6 +146,7 @@ class CameraNeck(nn.Module):
         self.out_dim = 2 * keypoints + out
 
     def forward(self, coarse: torch.Tensor, fine: torch.Tensor | None, text: torch.Tensor | None = None) -> torch.Tensor:
+        coarse, fine = _channels_last(coarse), _channels_last(fine)
         kp = self.softmax(self.kp(fine if self.use_fine else coarse))
         return torch.cat([kp, F.silu(self.proj(F.silu(self.reduce(coarse)).flatten(1)))], dim=-1)
 
@@ -164,6 +171,7 @@ class FiLMCameraNeck(CameraNeck):
     def forward(self, coarse: torch.Tensor, fine: torch.Tensor | None, text: torch.Tensor | None = None) -> torch.Tensor:
         if text is None:
             raise ValueError("the FiLM neck needs the instruction embedding")
+        coarse, fine = _channels_last(coarse), _channels_last(fine)
         h = self.conv1(fine if self.use_fine else coarse)
         gamma, beta = self.film(text).chunk(2, dim=-1)
         h = F.silu(h * (1 + gamma[:, :, None, None]) + beta[:, :, None, None])
@@ -185,6 +193,7 @@ class CompactVLA(VLA):
                 cfg.keypoints)
         self.necks = nn.ModuleDict({c: FiLMCameraNeck(*args, text_dim=TEXT_DIM, width=cfg.neck_width)
                                     if cfg.neck == "film" else CameraNeck(*args) for c in cfg.cameras})
+        self.necks.to(memory_format=torch.channels_last)
         vis = sum(n.out_dim for n in self.necks.values())
         self.text_proj = nn.Linear(TEXT_DIM, 128)
         self.state_proj = nn.Linear(cfg.state_dim, 64)
