@@ -33,8 +33,9 @@ def _bridges_of(site: Path) -> list[int]:
     return pids
 
 
-def test_the_bridge_a_command_started_stops_when_the_command_is_killed(tmp_path):
+def _site_and_starter(tmp_path: Path) -> tuple[Path, str]:
     p = free_ports(2)
+    tmp_path.mkdir(parents=True, exist_ok=True)
     site = tmp_path / "site.yaml"
     site.write_text(textwrap.dedent(f"""\
         name: orphan-test
@@ -56,6 +57,11 @@ def test_the_bridge_a_command_started_stops_when_the_command_is_killed(tmp_path)
             print("up", flush=True)
             time.sleep(600)
     """)
+    return site, starter
+
+
+def test_the_bridge_a_command_started_stops_when_the_command_is_killed(tmp_path):
+    site, starter = _site_and_starter(tmp_path)
     proc = subprocess.Popen([sys.executable, "-c", starter], stdout=subprocess.PIPE, text=True, cwd=REPO_ROOT)
     try:
         lines = [proc.stdout.readline().strip() for _ in range(2)]  # "starting the ... bridge", "up"
@@ -74,3 +80,27 @@ def test_the_bridge_a_command_started_stops_when_the_command_is_killed(tmp_path)
         proc.kill()
         for pid in _bridges_of(site):
             os.kill(pid, signal.SIGKILL)
+
+
+def test_a_starter_killed_at_a_random_moment_of_start_up_leaves_no_bridge(tmp_path):
+    """Kill the starter at random times (independent of what either process prints): before the
+    bridge process exists, while it imports and starts its devices, or once it serves."""
+    import random
+
+    rng = random.Random()
+    for attempt in range(3):
+        site, starter = _site_and_starter(tmp_path / str(attempt))
+        delay = rng.uniform(0.0, 4.0)
+        proc = subprocess.Popen([sys.executable, "-c", starter], stdout=subprocess.DEVNULL, cwd=REPO_ROOT)
+        try:
+            time.sleep(delay)
+            proc.send_signal(signal.SIGKILL)
+            proc.wait(10)
+            deadline = time.monotonic() + 40
+            while time.monotonic() < deadline and _bridges_of(site):
+                time.sleep(0.2)
+            assert not _bridges_of(site), f"killed after {delay:.2f} s: the bridge outlived its starter"
+        finally:
+            proc.kill()
+            for pid in _bridges_of(site):
+                os.kill(pid, signal.SIGKILL)

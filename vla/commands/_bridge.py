@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import os
 import subprocess
 import sys
 
@@ -36,7 +37,7 @@ def running_bridge(site: SiteConfig, log_path: str, start: str = "auto"):
         print(f"starting the '{site.name}' bridge (log: {log_path})", flush=True)
         with open(log_path, "w") as log_f:
             proc = subprocess.Popen([sys.executable, "-m", "vla.cli", "bridge", "serve", "--site", site.path,
-                                     "--exit-with-parent"],
+                                     "--exit-with-parent", str(os.getpid())],
                                     stdout=log_f, stderr=subprocess.STDOUT)
     try:
         try:

@@ -38,9 +38,11 @@ examples:
                    help="allow binding off loopback WITHOUT CurveZMQ authentication (anyone on the network "
                         "could command the robot; for isolated networks only)")
     s.add_argument("--duration", type=float, default=None, help="stop after this many seconds (default: run until Ctrl-C)")
-    s.add_argument("--exit-with-parent", action="store_true",
+    s.add_argument("--exit-with-parent", nargs="?", type=int, const=0, default=None, metavar="PID",
                    help="stop (devices to their safe state) when the process that started this bridge exits, even "
-                        "if it was killed: what `vla record / eval / rl` use for the sim bridge they start")
+                        "if it was killed: what `vla record / eval / rl` use for the sim bridge they start. Give "
+                        "the starter's PID so that a starter killed while the bridge is still starting is noticed "
+                        "too (default: the parent process at start-up)")
     s.set_defaults(run=run_serve)
 
     pg = bsub.add_parser("ping", help="print each device's command round-trip time",
@@ -67,6 +69,14 @@ examples:
 
 
 def run_serve(args) -> int:
+    # Read the parent first: if the starter dies while the devices are starting, this process is
+    # re-parented and a later getppid() would name the new parent, not the starter.
+    parent = None
+    if args.exit_with_parent is not None:
+        parent = args.exit_with_parent or os.getppid()
+        if os.getppid() != parent:
+            print(f"the process that started this bridge ({parent}) is gone: not starting", flush=True)
+            return 1
     import hardware
     from robot_io.site import build_servers, load_site
 
@@ -83,7 +93,6 @@ def run_serve(args) -> int:
         for sig in (signal.SIGINT, signal.SIGTERM):
             signal.signal(sig, lambda *_: stop.set())
         t_end = None if args.duration is None else time.monotonic() + args.duration
-        parent = os.getppid() if args.exit_with_parent else None
         while not stop.wait(0.2):
             if t_end is not None and time.monotonic() > t_end:
                 break
