@@ -75,6 +75,37 @@ class VLAPolicy:
         return chunk[0, : self.exec_steps].cpu().numpy().astype(np.float32)
 
 
+class TemporalEnsemble:
+    """ACT's temporal ensembling (Zhao et al., 2023): query the VLA at every tick and execute one
+    row, the weighted mean of what every chunk still covering this tick predicted for it, with
+    weights ``exp(-m * i)``, ``i = 0`` the oldest prediction (ACT: m = 0.01, close to a plain mean).
+    Averaging overlapping chunks smooths the chunk boundaries and, for a sampled (flow) policy,
+    averages out the noise draws. ``reset()`` at every episode start (``run_episode`` does)."""
+
+    exec_steps = 1
+
+    def __init__(self, policy: VLAPolicy, m: float = 0.01) -> None:
+        if not (np.isfinite(m) and m >= 0):
+            raise ValueError(f"temporal ensemble weight m must be >= 0, got {m}")
+        if policy.exec_steps != policy.model.action_shape[0]:
+            raise ValueError("TemporalEnsemble needs the policy's whole chunk (VLAPolicy with exec_steps=None)")
+        self.policy, self.m = policy, float(m)
+        self.reset()
+
+    def reset(self, seed: int | None = None) -> None:
+        self._chunks: list[tuple[int, np.ndarray]] = []
+        self._t = 0
+
+    def __call__(self, obs: dict) -> np.ndarray:
+        chunk = self.policy(obs)
+        self._chunks.append((self._t, chunk))
+        self._chunks = [(t0, c) for t0, c in self._chunks if self._t - t0 < len(c)]
+        rows = np.stack([c[self._t - t0] for t0, c in self._chunks])  # oldest first
+        w = np.exp(-self.m * np.arange(len(rows)))
+        self._t += 1
+        return (w[:, None] * rows).sum(0, keepdims=True).astype(np.float32) / w.sum()
+
+
 class ChunkDriver:
     """Per-tick actions from a VLA's chunks, for a recorder that steps one action per tick (DAgger,
     ``vla record --dagger``): re-plans every ``exec_steps`` ticks. With probability ``beta`` per

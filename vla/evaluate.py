@@ -57,6 +57,8 @@ def run_episode(env, policy: Callable[[dict], np.ndarray], seed: int, max_ticks:
     first observation). See the module docstring for how the env is stepped."""
     t0 = time.perf_counter()
     obs, _ = env.reset(seed=seed)
+    if hasattr(policy, "reset"):  # a policy with memory (temporal ensembling) starts afresh
+        policy.reset(seed)
     if frames is not None:
         frames.append(frame_image(obs, 0, False))
     base = getattr(env, "unwrapped", env)
@@ -157,7 +159,8 @@ def plot_success(summary: dict[str, Any], path: str, title: str) -> None:
 
 def evaluate(model, client, tasks: list[str], episodes: int, out_dir: str, seed_start: int = 100_000,
              exec_steps: int | None = None, videos: int = 2, control_hz: float = 10.0,
-             instruction: str | None = None, progress: bool = True) -> dict[str, Any]:
+             instruction: str | None = None, progress: bool = True,
+             temporal_ensemble: float | None = None) -> dict[str, Any]:
     """Roll ``model`` out on a bridge ``client`` (a sim arm): see the module docstring."""
     from vla.envs import task_env
 
@@ -167,27 +170,33 @@ def evaluate(model, client, tasks: list[str], episodes: int, out_dir: str, seed_
             yield task, env, env.max_ticks
 
     return _evaluate(model, envs(), len(tasks), episodes, out_dir, seed_start, exec_steps, videos, control_hz,
-                     progress)
+                     progress, temporal_ensemble)
 
 
 def evaluate_env(model, env, name: str, episodes: int, out_dir: str, max_ticks: int, seed_start: int = 100_000,
                  exec_steps: int | None = None, videos: int = 2, control_hz: float = 10.0,
-                 progress: bool = True) -> dict[str, Any]:
+                 progress: bool = True, temporal_ensemble: float | None = None) -> dict[str, Any]:
     """Roll ``model`` out on a gymnasium ``env`` (DESIGN.md's observation layout, success in
     ``info["success"]``) for ``episodes`` seeded episodes of at most ``max_ticks`` control ticks;
     reported under ``name``. Videos play at ``control_hz``."""
     return _evaluate(model, iter([(name, env, max_ticks)]), 1, episodes, out_dir, seed_start, exec_steps, videos,
-                     control_hz, progress)
+                     control_hz, progress, temporal_ensemble)
 
 
 def _evaluate(model, envs, n_tasks: int, episodes: int, out_dir: str, seed_start: int, exec_steps: int | None,
-              videos: int, control_hz: float, progress: bool) -> dict[str, Any]:
+              videos: int, control_hz: float, progress: bool,
+              temporal_ensemble: float | None = None) -> dict[str, Any]:
     from tqdm import tqdm
 
-    from vla.envs import VLAPolicy
+    from vla.envs import TemporalEnsemble, VLAPolicy
 
     os.makedirs(os.path.join(out_dir, "videos"), exist_ok=True)
-    policy = VLAPolicy(model, exec_steps)
+    if temporal_ensemble is not None:
+        if exec_steps not in (None, 1):
+            raise ValueError("--temporal-ensemble executes one row per tick: drop --exec-steps")
+        policy = TemporalEnsemble(VLAPolicy(model), temporal_ensemble)
+    else:
+        policy = VLAPolicy(model, exec_steps)
     results: list[EpisodeResult] = []
     bar = tqdm(total=episodes * n_tasks, desc="eval", unit="ep", disable=not progress)
     jsonl = open(os.path.join(out_dir, "episodes.jsonl"), "w")
@@ -208,7 +217,8 @@ def _evaluate(model, envs, n_tasks: int, episodes: int, out_dir: str, seed_start
         bar.close()
         jsonl.close()
     summary = summarize(results)
-    return {"tasks": summary, "exec_steps": policy.exec_steps, "seed_start": seed_start,
+    return {"tasks": summary, "exec_steps": policy.exec_steps, "temporal_ensemble": temporal_ensemble,
+            "seed_start": seed_start,
             "episodes_per_task": episodes, "control_hz": control_hz}
 
 

@@ -18,6 +18,7 @@ examples:
   vla eval --checkpoint runs/vla_pick --task pick_red_cube --task pick_blue_cube --episodes 20
   vla eval --checkpoint runs/vla_pick/checkpoints/0004000 --task pick_red_cube --videos 5
   vla eval --checkpoint runs/vla_pick --task pick_red_cube --exec-steps 4   # re-plan every 4 ticks
+  vla eval --checkpoint runs/vla_pick --task pick_red_cube --temporal-ensemble 0.01   # ACT-style
   vla eval --checkpoint runs/my_vla --env my_pkg.envs:make_env --max-ticks 200   # your own gymnasium env
 
 --env package.module:make_env: make_env() returns a gymnasium env whose observations are
@@ -43,6 +44,10 @@ pi0 / pi05 / SmolVLA policy directory) or a `vla train` run directory (its final
     p.add_argument("--seed-start", type=int, default=100_000, help="first episode seed (default 100000)")
     p.add_argument("--exec-steps", type=int, default=None,
                    help="rows of each chunk executed before re-planning (default: the whole chunk)")
+    p.add_argument("--temporal-ensemble", type=float, default=None, metavar="M",
+                   help="ACT's temporal ensembling: re-plan every tick and execute the weighted mean of every "
+                        "chunk's prediction for that tick, weights exp(-M * i) from the oldest (ACT: 0.01); "
+                        "smooths chunk boundaries and averages the sampler's noise")
     p.add_argument("--videos", type=int, default=2, help="episodes per task saved as MP4 (default 2)")
     p.add_argument("--instruction", default=None, help="override every task's instruction (prompt experiments)")
     p.add_argument("--out", default=None, help="output directory (default CHECKPOINT_RUN/eval-<time>)")
@@ -93,7 +98,7 @@ def run(args) -> int:
         try:
             report = evaluate(model, client, tasks, args.episodes, out, seed_start=args.seed_start,
                               exec_steps=args.exec_steps, videos=args.videos, instruction=args.instruction,
-                              control_hz=args.control_hz)
+                              control_hz=args.control_hz, temporal_ensemble=args.temporal_ensemble)
         finally:
             client.close()
     return _report(args, report, ckpt, run_root, out)
@@ -125,7 +130,8 @@ def _run_env(args, model, ckpt: str, make_env) -> int:
     name = args.env.split(":", 1)[1]
     try:
         report = evaluate_env(model, env, name, args.episodes, out, int(max_ticks), seed_start=args.seed_start,
-                              exec_steps=args.exec_steps, videos=args.videos, control_hz=args.control_hz)
+                              exec_steps=args.exec_steps, videos=args.videos, control_hz=args.control_hz,
+                              temporal_ensemble=args.temporal_ensemble)
     finally:
         env.close()
     report["env"] = args.env
