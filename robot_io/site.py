@@ -60,6 +60,11 @@ class DeviceSpec:
     stream_hwm: int = 100
     streaming: bool = True
     calibration: str | None = None
+    roi: tuple[float, float, float, float] | None = None
+    """Cameras: the region of the frame the policy should look at, ``[x0, y0, x1, y1]`` as fractions
+    of the frame (a camera that frames the whole cell sees the objects a few pixels wide once the
+    frame is shrunk for the model). ``vla record`` stores it with every episode and ``vla train``
+    crops the camera to it unless ``--crop`` says otherwise. Not used by the bridge."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -150,7 +155,15 @@ def parse_site(raw: Any, path: str = "<site>") -> SiteConfig:
         cal = d.get("calibration")
         if cal is not None:
             cal = os.path.normpath(os.path.join(base, cal))
-        devices[dname] = DeviceSpec(name=dname, **{**d, "calibration": cal})
+        roi = d.get("roi")
+        if roi is not None:
+            ok = isinstance(roi, (list, tuple)) and len(roi) == 4 and all(
+                isinstance(v, (int, float)) and not isinstance(v, bool) for v in roi)
+            if not ok or not (0 <= roi[0] < roi[2] <= 1 and 0 <= roi[1] < roi[3] <= 1):
+                raise err(f"{where}.roi", f"must be [x0, y0, x1, y1], fractions of the frame with "
+                                          f"0 <= x0 < x1 <= 1 and 0 <= y0 < y1 <= 1, got {roi!r}")
+            roi = tuple(float(v) for v in roi)
+        devices[dname] = DeviceSpec(name=dname, **{**d, "calibration": cal, "roi": roi})
     for dname, d in devices.items():
         for k, v in d.params.items():
             if isinstance(v, str) and v.startswith("@") and v[1:] not in devices:

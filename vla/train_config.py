@@ -33,19 +33,23 @@ class TrainConfig:
     success_only: bool = False
     """Train on the episodes marked successful in ``meta/vla_episodes.jsonl`` only (filtered BC)."""
     num_tokens: int = 0
-    fine_blocks: int = 5
-    """Trunk blocks before the map the neck's keypoints read (5: stride 8, 40 channels; 3: stride 4,
-    24 channels -- twice the spatial resolution, about 2.4x the feature cache)."""
+    fine_blocks: int = 3
+    """Trunk blocks before the map the neck's keypoints read (3: stride 4, 24 channels; 5: stride 8,
+    40 channels -- half the spatial resolution, about 0.4x the feature cache). Stride 4 is the
+    default since bench/results/vla_sft round 5: with the front crop it took the pick tasks from
+    about 10% to about 40%."""
     neck: str = "film"
     """Camera neck of the compact VLA: ``film`` (instruction-modulated convolutions -> keypoints) or
     ``keypoints`` (1x1 convolutions -> keypoints; the first design, kept for its checkpoints)."""
     init: str | None = None
     """Start from this compact checkpoint (or run directory): its weights and its normalisation
     statistics (fine-tuning on more data, DAgger rounds). The model settings must be its own."""
-    aug_views: int = 2
+    aug_views: int = 1
     """Frozen mode: augmented copies of every frame whose features are cached (besides the original)."""
-    shift_pad: int = 4
-    """Random-shift augmentation: pixels of replicate padding (at image_size)."""
+    shift_pad: int = 0
+    """Random-shift augmentation: pixels of replicate padding (at image_size). Default 0: for a
+    fixed camera a shifted image moves every object away from where it really is (round 6 of
+    bench/results/vla_sft measured no gain from 4 px); a hand-held or re-mounted camera may want 4."""
     jitter: float = 0.15
     """Brightness / contrast jitter (+-)."""
     state_noise: float = 0.05

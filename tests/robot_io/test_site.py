@@ -33,6 +33,10 @@ BASE = {"name": "t", "devices": {"arm": {"driver": "sim_franka", "command": "tcp
                           "limits": {"workspace_min": [1, 0, 0], "workspace_max": [0, 1, 1]}}}}, "devices.arm.limits"),
     ({"devices": {"arm": {"driver": "sim_franka", "command": "tcp://127.0.0.1:1", "params": {"sim": "@nope"}}}},
      "devices.arm.params.sim"),
+    ({"devices": {"arm": {"driver": "sim_franka", "command": "tcp://127.0.0.1:1", "roi": [0.5, 0, 0.4, 1]}}},
+     "devices.arm.roi"),
+    ({"devices": {"arm": {"driver": "sim_franka", "command": "tcp://127.0.0.1:1", "roi": [0, 0, 1]}}},
+     "devices.arm.roi"),
     ({"robot": {"arm": "leg"}}, "robot"),
     ({"security": {"server_key": "x"}}, "security.server_key"),
     ({"colour": "blue"}, "colour"),
@@ -48,3 +52,11 @@ def test_unknown_driver_did_you_mean():
     site = parse_site({"name": "t", "devices": {"arm": {"driver": "sim_frank", "command": "tcp://127.0.0.1:1"}}})
     with pytest.raises(KeyError, match="did you mean 'sim_franka'"):
         build_servers(site, hardware.load_driver)
+
+
+def test_the_sim_presets_give_the_far_front_camera_a_region_of_interest():
+    for name in ("sim-franka", "sim-franka-fast"):
+        site = load_site(name)
+        x0, y0, x1, y1 = site.devices["front"].roi
+        assert 0 <= x0 < x1 <= 1 and 0 <= y0 < y1 <= 1
+        assert site.devices["wrist"].roi is None

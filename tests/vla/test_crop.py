@@ -1,6 +1,8 @@
 """Per-camera regions of interest (`vla train --crop CAM=X0,Y0,X1,Y1`): the same crop in training
 data and at inference, kept in the checkpoint."""
 
+import json
+
 import numpy as np
 import pytest
 import torch
@@ -93,3 +95,23 @@ def test_vla_train_passes_the_augmentation_flags_and_refuses_negative_ones(monke
     assert (seen["cfg"].shift_pad, seen["cfg"].jitter) == (0, 0.05)
     assert main(["train", "--dataset", "d", "--out", "o", "--shift-pad", "-2"]) != 0
     assert "shift_pad" in capsys.readouterr().err
+
+
+def _log(root, rows):
+    (root / "meta").mkdir(parents=True)
+    (root / "meta" / "vla_episodes.jsonl").write_text("".join(json.dumps({"episode_index": i, **r}) + "\n"
+                                                              for i, r in enumerate(rows)))
+    return str(root)
+
+
+def test_vla_train_crops_to_the_regions_of_interest_the_data_was_recorded_with(tmp_path):
+    from vla.commands.train import recorded_crops
+
+    roi = {"front": [0.2, 0.35, 0.8, 0.85]}
+    a = _log(tmp_path / "a", [{"roi": roi}, {"roi": roi}])
+    b = _log(tmp_path / "b", [{"roi": roi}])
+    assert recorded_crops([a, b]) == (("front", 0.2, 0.35, 0.8, 0.85),)
+    assert recorded_crops([_log(tmp_path / "c", [{"success": True}])]) == ()  # recorded without a roi
+    other = _log(tmp_path / "d", [{"roi": {"front": [0.1, 0.3, 0.9, 0.9]}}])
+    with pytest.raises(ValueError, match="different camera regions of interest.*--crop"):
+        recorded_crops([a, other])

@@ -25,6 +25,7 @@ def test_lerobot_loads_what_vla_record_wrote(recorded):
     side = [json.loads(line) for line in open(recorded / "meta" / "vla_episodes.jsonl")]
     assert [s["frames"] for s in side] == [int(ds.meta.episodes[i]["length"]) for i in range(2)]
     assert ds.num_frames == sum(s["frames"] for s in side) and all(s["success"] for s in side)
+    assert all(s["roi"] == {"front": [0.2, 0.35, 0.8, 0.85]} for s in side)  # the site's region of interest
     for key in ("observation.images.front", "observation.images.wrist", "observation.state", "action",
                 "intervention", "observation.capture_time"):
         assert key in ds.features

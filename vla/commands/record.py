@@ -186,6 +186,7 @@ def run(args) -> int:
                                robot_type=client.description.get("driver", site.name), video=not args.no_video,
                                episode_log=True)
         names = list(client.description.get("objects", []))
+        rois = {c: list(site.devices[c].roi) for c in cams if c in site.devices and site.devices[c].roi}
         max_attempts = args.max_attempts or 3 * args.episodes
         kept = successes = attempts = 0
         bar = tqdm(total=args.episodes, desc="episodes", unit="ep")
@@ -222,7 +223,7 @@ def run(args) -> int:
                     "dart_sigma": args.dart if args.dart > 0 else None,
                     "dagger": ({"checkpoint": os.path.abspath(args.dagger), "exec_steps": args.dagger_exec_steps,
                                 "beta": args.dagger_beta} if args.dagger else None),
-                    "achieved_hz": rate, "recorded_at": time.time()})
+                    "roi": rois or None, "achieved_hz": rate, "recorded_at": time.time()})
                 kept += 1
                 successes += outcome == "success"
                 if rate is not None and rate < 0.95 * args.fps and not client.sync:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import json
 import os
 
 
@@ -49,7 +50,10 @@ but the sentence encoder trains. The fusion and the action expert always train.
                    help="camera to read (repeat; default every camera of the first dataset)")
     p.add_argument("--crop", action="append", default=[], metavar="CAM=X0,Y0,X1,Y1",
                    help="cut this region out of camera CAM before the resize (fractions of the frame; repeat "
-                        "per camera), e.g. front=0.2,0.4,0.8,0.85 for a camera that frames the whole cell")
+                        "per camera), e.g. front=0.2,0.4,0.8,0.85 for a camera that frames the whole cell. "
+                        "Default: the region of interest (`roi`) that the site file gave each camera when the "
+                        "data was recorded (stored with every episode by `vla record`); CAM=0,0,1,1 keeps the "
+                        "whole frame")
     p.add_argument("--success-only", action="store_true",
                    help="train on successful episodes only (outcomes from meta/vla_episodes.jsonl, written by "
                         "`vla record`; for data recorded with --keep-failures)")
@@ -102,8 +106,26 @@ def _init_settings(path: str) -> dict:
             "neck": c.get("neck", "keypoints"), "num_tokens": c["num_tokens"]}
 
 
+def recorded_crops(datasets) -> tuple[tuple[str, float, float, float, float], ...]:
+    """The cameras' regions of interest that ``vla record`` stored with the datasets' episodes
+    (from the site file's ``roi``), as ``--crop`` entries; () when none were recorded. Datasets
+    recorded with different regions must be given ``--crop`` explicitly."""
+    from vla.data.episode_log import has_episode_log, read_episode_log
+
+    seen: dict[str, set] = {}
+    for d in datasets:
+        rows = read_episode_log(d).values() if has_episode_log(d) else []
+        for row in rows:
+            seen.setdefault(json.dumps(row.get("roi") or {}, sort_keys=True), set()).add(d)
+    if len(seen) > 1:
+        raise ValueError("the datasets were recorded with different camera regions of interest ("
+                         + "; ".join(f"{k} in {sorted(v)}" for k, v in seen.items())
+                         + "): pass --crop CAM=X0,Y0,X1,Y1 for each camera")
+    rois = json.loads(next(iter(seen))) if seen else {}
+    return tuple((c, *map(float, box)) for c, box in sorted(rois.items()))
+
+
 def run(args) -> int:
-    import json
 
     from vla.train import TrainConfig, train
 
@@ -121,6 +143,13 @@ def run(args) -> int:
         if not args.dataset:
             raise ValueError("give at least one --dataset DIR")
         model_args = {}
+        crops = tuple(_parse_crop(c) for c in args.crop)
+        if not args.crop and not args.init:
+            crops = recorded_crops(args.dataset)
+            if crops:
+                print("crop (the cameras' regions of interest from the site the data was recorded with; --crop "
+                      "overrides): " + " ".join(f"{c[0]}={','.join(f'{v:g}' for v in c[1:])}" for c in crops))
+        crops = tuple(c for c in crops if tuple(c[1:]) != (0.0, 0.0, 1.0, 1.0))  # CAM=0,0,1,1: the whole frame
         if args.init:
             model_args = _init_settings(args.init)
             print("--init: model settings from the checkpoint: " + ", ".join(f"{k}={v}" for k, v in model_args.items()))
@@ -128,7 +157,7 @@ def run(args) -> int:
                           batch_size=args.batch_size, lr=args.lr, warmup_steps=args.warmup_steps,
                           horizon=args.horizon, image_size=args.image_size,
                           cameras=tuple(args.cameras) if args.cameras else None, success_only=args.success_only,
-                          crops=tuple(_parse_crop(c) for c in args.crop),
+                          crops=crops,
                           fine_blocks=args.fine_blocks,
                           num_tokens=args.num_tokens,
                           neck=args.neck, aug_views=args.aug_views, shift_pad=args.shift_pad, jitter=args.jitter,
