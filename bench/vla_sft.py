@@ -71,28 +71,39 @@ class Row:
         return self.train_key + (f"_dagger{r}" if r else "")
 
 
+WHOLE = ("--crop", "front=0,0,1,1")
+"""The whole front frame (the sim site's front camera has a region of interest that `vla train` crops
+to by default since round 7)."""
+STRIDE8 = ("--fine-blocks", "5")
+SHIFT4 = ("--shift-pad", "4")
+"""The rows below spell out every setting whose default changed (crop, keypoint stride, shift), so a
+row means what it meant when it was measured."""
+
 ROWS = {r.name: r for r in (
-    Row("base", "defaults: 96 px, frozen trunk, whole frames"),
-    Row("crop", f"front camera cropped to the table ({FRONT_CROP})", train=("--crop", FRONT_CROP)),
+    Row("base", "the defaults of rounds 1-6: 96 px, frozen trunk, whole frames, stride-8 keypoints, 4 px shift",
+        train=(*WHOLE, *STRIDE8, *SHIFT4)),
+    Row("crop", f"front camera cropped to the table ({FRONT_CROP})", train=("--crop", FRONT_CROP, *STRIDE8, *SHIFT4)),
     Row("crop_fine3", "front crop + keypoints from the stride-4 trunk map (--fine-blocks 3)",
-        train=("--crop", FRONT_CROP, "--fine-blocks", "3")),
+        train=("--crop", FRONT_CROP, "--fine-blocks", "3", *SHIFT4)),
     Row("crop_fine3_exec4", "crop + stride-4 keypoints, re-plan every 4 ticks",
-        train=("--crop", FRONT_CROP, "--fine-blocks", "3"), eval=("--exec-steps", "4")),
-    Row("fine3", "keypoints from the stride-4 trunk map, whole frames", train=("--fine-blocks", "3")),
-    Row("crop_fine3_noshift", "crop + stride-4 keypoints, no random-shift augmentation (--shift-pad 0)",
+        train=("--crop", FRONT_CROP, "--fine-blocks", "3", *SHIFT4), eval=("--exec-steps", "4")),
+    Row("fine3", "keypoints from the stride-4 trunk map, whole frames", train=(*WHOLE, "--fine-blocks", "3", *SHIFT4)),
+    Row("crop_fine3_noshift", "crop + stride-4 keypoints, no random-shift augmentation (--shift-pad 0): the "
+        "defaults of `vla record` / `vla train` since round 7",
         train=("--crop", FRONT_CROP, "--fine-blocks", "3", "--shift-pad", "0")),
     Row("crop_fine3_noshift_exec4", "crop + stride-4 keypoints, no random shift, re-plan every 4 ticks",
         train=("--crop", FRONT_CROP, "--fine-blocks", "3", "--shift-pad", "0"), eval=("--exec-steps", "4")),
     Row("crop_fine3_128", "crop + stride-4 keypoints at 128 px (32x32 keypoint map)",
-        train=("--crop", FRONT_CROP, "--fine-blocks", "3", "--image-size", "128")),
+        train=("--crop", FRONT_CROP, "--fine-blocks", "3", "--image-size", "128", *SHIFT4)),
     Row("crop_fine3_noshift_dagger1_exec4", "crop + stride-4 keypoints, no random shift, one DAgger round "
         "(the model drives, re-planning every 4 ticks; the expert labels), re-plan every 4 ticks",
         train=("--crop", FRONT_CROP, "--fine-blocks", "3", "--shift-pad", "0"), eval=("--exec-steps", "4"),
         dagger_rounds=1),
-    Row("dart", "DART noise 1 cm per tick while recording", record=("--dart", "0.01")),
-    Row("dart_crop", "DART 1 cm + front crop", record=("--dart", "0.01"), train=("--crop", FRONT_CROP)),
+    Row("dart", "DART noise 1 cm per tick while recording", record=("--dart", "0.01"),
+        train=(*WHOLE, *STRIDE8, *SHIFT4)),
+    Row("dart_crop", "DART 1 cm + front crop", record=("--dart", "0.01"), train=("--crop", FRONT_CROP, *STRIDE8, *SHIFT4)),
     Row("dart_crop_exec4", "DART 1 cm + front crop, re-plan every 4 ticks", record=("--dart", "0.01"),
-        train=("--crop", FRONT_CROP), eval=("--exec-steps", "4")),
+        train=("--crop", FRONT_CROP, *STRIDE8, *SHIFT4), eval=("--exec-steps", "4")),
 )}
 
 

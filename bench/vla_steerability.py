@@ -122,6 +122,18 @@ def plot(res: dict, streams: int, path: pathlib.Path, title: str) -> None:
     plt.close(fig)
 
 
+def portable_path(path: str) -> str:
+    """``path`` as committed results may hold it: relative to the working directory when it is
+    inside it, else from its last ``runs`` folder on (no machine paths in bench/results)."""
+    p = pathlib.Path(path).resolve()
+    try:
+        return str(p.relative_to(pathlib.Path.cwd()))
+    except ValueError:
+        parts = p.parts
+        i = max((k for k, x in enumerate(parts) if x == "runs"), default=len(parts) - 1)
+        return str(pathlib.Path(*parts[i:]))
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--checkpoint", required=True, help="the frozen VLA (a `vla train` run or checkpoint)")
@@ -172,7 +184,7 @@ def main(argv=None) -> int:
         print(f"{task:<16} pass@1 {100 * r['pass_at_1']:.1f}%  pass@{args.streams} {100 * r['pass_at_k'][-1]:.1f}%  "
               f"never solved {len(r['scenes_never_solved'])}/{args.scenes} scenes", flush=True)
     out = {"bench": "vla_steerability", "date": _dt.datetime.now().isoformat(timespec="seconds"),
-           "checkpoint": args.checkpoint, "scenes": args.scenes, "streams": args.streams,
+           "checkpoint": portable_path(args.checkpoint), "scenes": args.scenes, "streams": args.streams,
            "seed_start": args.seed_start, "noise": args.noise, "noise_label": NOISES[args.noise][0], "jobs": jobs,
            "wall_s": time.perf_counter() - t0, "results": res}
     with open(args.out / f"{args.name}.json", "w") as f:

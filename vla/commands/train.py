@@ -62,12 +62,13 @@ but the sentence encoder trains. The fusion and the action expert always train.
                    help="camera neck: film = instruction-modulated convolutions -> keypoints (default), "
                         "keypoints = 1x1 convolutions -> keypoints")
     p.add_argument("--fine-blocks", type=int, default=d["fine_blocks"],
-                   help=f"trunk blocks before the keypoint map (default {d['fine_blocks']}: stride 8; 3: stride 4, finer)")
+                   help=f"trunk blocks before the keypoint map (default {d['fine_blocks']}; 3: stride 4, 24x24 keypoint map "
+                        "at 96 px; 5: stride 8, coarser and about 2.4x cheaper to cache)")
     p.add_argument("--aug-views", type=int, default=d["aug_views"],
-                   help="frozen mode: augmented copies of each frame whose features are cached")
+                   help=f"frozen mode: augmented copies of each frame whose features are cached (default {d['aug_views']})")
     p.add_argument("--shift-pad", type=int, default=d["shift_pad"],
-                   help=f"random-shift augmentation, pixels at image size (default {d['shift_pad']}; 0 = none: a fixed "
-                        "camera then keeps every object where it was)")
+                   help=f"random-shift augmentation, pixels at image size (default {d['shift_pad']}: none, a fixed camera "
+                        "keeps every object where it is; 4 for a camera that moves between sessions)")
     p.add_argument("--jitter", type=float, default=d["jitter"],
                    help=f"brightness / contrast jitter, +- (default {d['jitter']})")
     p.add_argument("--lora-rank", type=int, default=d["lora_rank"])
