@@ -239,6 +239,11 @@ def hyper_parameters(peer: str, run_dir: pathlib.Path, checkpoint: str) -> dict:
     return out
 
 
+def _chunk_steps(peer: str, run_dir: pathlib.Path, trained: dict) -> int:
+    """The peer's own execution: ``n_action_steps`` rows of every prediction (LeRobot's rollout)."""
+    return int(hyper_parameters(peer, run_dir, next(iter(trained.values()))["checkpoint"])["n_action_steps"])
+
+
 def run_peer(peer: str, args, site: str) -> dict:
     vla = [sys.executable, "-m", "vla.cli"]
     data_dir, run_dir = pathlib.Path(args.data_dir), pathlib.Path(args.runs_dir) / peer
@@ -268,7 +273,7 @@ def run_peer(peer: str, args, site: str) -> dict:
     eval_s = _run([*vla, "eval", "--checkpoint", str(run_dir), "--robot", site, "--episodes", str(args.eval_episodes),
                    "--videos", "1", "--threads", str(args.threads), "--out", str(eval_dir),
                    *sum((["--task", t] for t in args.task), []),
-                   *(["--exec-steps", str(args.exec_steps)] if args.exec_steps else [])], run_dir / "eval.log")
+                   "--exec-steps", str(args.exec_steps or _chunk_steps(peer, run_dir, trained))], run_dir / "eval.log")
     rep = json.loads((eval_dir / "eval.json").read_text())
     tasks = {}
     for name, t in rep["tasks"].items():
@@ -353,7 +358,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--dp-inference-steps", type=int, default=10,
                     help="Diffusion Policy denoising steps at evaluation (default 10; 0: LeRobot's default, 100)")
     ap.add_argument("--exec-steps", type=int, default=None,
-                    help="vla eval --exec-steps (default: the whole chunk, i.e. the policy's n_action_steps)")
+                    help="vla eval --exec-steps (default: the peer's n_action_steps, as LeRobot rolls it out)")
     ap.add_argument("--lerobot-arg", action="append", default=[], metavar="ARG",
                     help="extra lerobot-train argument, e.g. --lerobot-arg=--policy.n_obs_steps=1 (repeat)")
     ap.add_argument("--compare", metavar="ROW", help="add this row of OUT/vla_sft.json (the compact VLA) for comparison")

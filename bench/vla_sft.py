@@ -66,6 +66,14 @@ class Row:
         return self.data_key + "".join(f"_{a.strip('-').replace('.', 'p').replace(',', '-').replace('=', '-')}"
                                        for a in self.train)
 
+    @property
+    def eval_flags(self) -> tuple[str, ...]:
+        """``vla eval`` flags: a row that names no execution mode runs whole chunks (`vla eval`'s
+        default before round 8, when it became temporal ensembling)."""
+        if any(f in self.eval for f in ("--exec-steps", "--temporal-ensemble")):
+            return self.eval
+        return (*self.eval, "--exec-steps", "8")
+
     def round_key(self, r: int) -> str:
         """The run after DAgger round r (round 0: the first training)."""
         return self.train_key + (f"_dagger{r}" if r else "")
@@ -99,6 +107,13 @@ ROWS = {r.name: r for r in (
         "(the model drives, re-planning every 4 ticks; the expert labels), re-plan every 4 ticks",
         train=("--crop", FRONT_CROP, "--fine-blocks", "3", "--shift-pad", "0"), eval=("--exec-steps", "4"),
         dagger_rounds=1),
+    Row("crop_fine3_noshift_te", "crop + stride-4 keypoints, no random shift, ACT temporal ensembling "
+        "(`vla eval`'s default since round 8)", train=("--crop", FRONT_CROP, "--fine-blocks", "3", "--shift-pad", "0"),
+        eval=("--temporal-ensemble", "0.01")),
+    Row("b128_6k_te", "the defaults of round 8 at batch 128 for 6000 steps (twice the updates of 3000 x 256 at the "
+        "same samples / s), temporal ensembling", train=("--crop", FRONT_CROP, "--fine-blocks", "3", "--shift-pad", "0",
+                                                         "--batch-size", "128", "--steps", "6000"),
+        eval=("--temporal-ensemble", "0.01")),
     Row("dart", "DART noise 1 cm per tick while recording", record=("--dart", "0.01"),
         train=(*WHOLE, *STRIDE8, *SHIFT4)),
     Row("dart_crop", "DART 1 cm + front crop", record=("--dart", "0.01"), train=("--crop", FRONT_CROP, *STRIDE8, *SHIFT4)),
@@ -134,7 +149,7 @@ def run_row(row: Row, args, site: str) -> dict:
     settings = {"demos": args.demos, "steps": args.steps,
                 **({"dagger_rounds": row.dagger_rounds, "dagger_episodes": args.dagger_episodes,
                     "dagger_steps": args.dagger_steps} if row.dagger_rounds else {}), "eval_episodes": args.eval_episodes, "tasks": list(args.task),
-                "record": list(row.record), "train": list(row.train), "eval": list(row.eval)}
+                "record": list(row.record), "train": list(row.train), "eval": list(row.eval_flags)}
     done = run_dir / f"bench_{row.name}.json"
     if done.is_file():
         prev = json.loads(done.read_text())
@@ -181,7 +196,7 @@ def run_row(row: Row, args, site: str) -> dict:
     eval_dir = run_dir / f"eval_{row.name}"
     eval_s = _run([*vla, "eval", "--checkpoint", str(run_dir), "--robot", site, "--episodes", str(args.eval_episodes),
                    "--videos", "1", "--threads", str(args.threads), "--out", str(eval_dir),
-                   *sum((["--task", t] for t in args.task), []), *row.eval], runs_dir / f"{row.name}.eval.log")
+                   *sum((["--task", t] for t in args.task), []), *row.eval_flags], runs_dir / f"{row.name}.eval.log")
     rep = json.loads((eval_dir / "eval.json").read_text())
     tasks = {}
     for name, t in rep["tasks"].items():

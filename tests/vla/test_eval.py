@@ -119,10 +119,9 @@ def test_vla_eval_on_a_user_env(tmp_path, capsys):
     assert [e["seed"] for e in eps] == [100_000, 100_001] and all(1 <= e["ticks"] <= 12 for e in eps)
     for e in eps:  # one frame per executed tick (+ the first observation), at the control rate
         assert _frames_in(out / "videos" / f"make_env_seed{e['seed']}.mp4") == e["ticks"] + 1
-    out_te = tmp_path / "eval_te"  # ACT-style temporal ensembling: one row per tick
+    out_te = tmp_path / "eval_te"  # the default: ACT-style temporal ensembling, one row per tick
     assert main(["eval", "--checkpoint", str(tmp_path / "ckpt"), "--env", "tests.vla.eval_toy_env:make_env",
-                 "--episodes", "1", "--videos", "0", "--temporal-ensemble", "0.01", "--out", str(out_te),
-                 "--threads", "1"]) == 0
+                 "--episodes", "1", "--videos", "0", "--out", str(out_te), "--threads", "1"]) == 0
     rep = json.loads((out_te / "eval.json").read_text())
     assert rep["exec_steps"] == 1 and rep["temporal_ensemble"] == 0.01
     capsys.readouterr()

@@ -7,6 +7,10 @@ import datetime as dt
 import os
 
 
+
+TE_DEFAULT = 0.01
+"""ACT's temporal-ensembling weight (Zhao et al., 2023), `vla eval`'s default execution."""
+
 def add_parser(sub, name: str, help_: str) -> None:
     p = sub.add_parser(name, help=help_, formatter_class=argparse.RawDescriptionHelpFormatter, description=(
         "Roll a VLA checkpoint out through the bridge on simulated tasks: N seeded episodes per task, "
@@ -18,7 +22,7 @@ examples:
   vla eval --checkpoint runs/vla_pick --task pick_red_cube --task pick_blue_cube --episodes 20
   vla eval --checkpoint runs/vla_pick/checkpoints/0004000 --task pick_red_cube --videos 5
   vla eval --checkpoint runs/vla_pick --task pick_red_cube --exec-steps 4   # re-plan every 4 ticks
-  vla eval --checkpoint runs/vla_pick --task pick_red_cube --temporal-ensemble 0.01   # ACT-style
+  vla eval --checkpoint runs/vla_pick --task pick_red_cube --exec-steps 8   # whole chunks, as vla rl runs them
   vla eval --checkpoint runs/my_vla --env my_pkg.envs:make_env --max-ticks 200   # your own gymnasium env
 
 --env package.module:make_env: make_env() returns a gymnasium env whose observations are
@@ -43,11 +47,13 @@ pi0 / pi05 / SmolVLA policy directory) or a `vla train` run directory (its final
     p.add_argument("--episodes", type=int, default=20, help="episodes per task (default 20)")
     p.add_argument("--seed-start", type=int, default=100_000, help="first episode seed (default 100000)")
     p.add_argument("--exec-steps", type=int, default=None,
-                   help="rows of each chunk executed before re-planning (default: the whole chunk)")
+                   help="execute chunks instead: this many rows of each chunk before re-planning (the chunk "
+                        "length = whole chunks, what `vla rl` steers); default: temporal ensembling")
     p.add_argument("--temporal-ensemble", type=float, default=None, metavar="M",
-                   help="ACT's temporal ensembling: re-plan every tick and execute the weighted mean of every "
-                        "chunk's prediction for that tick, weights exp(-M * i) from the oldest (ACT: 0.01); "
-                        "smooths chunk boundaries and averages the sampler's noise")
+                   help=f"ACT's temporal ensembling, the default (M = {TE_DEFAULT}): re-plan every tick and execute "
+                        "the weighted mean of every chunk's prediction for that tick, weights exp(-M * i) from the "
+                        "oldest; smooths chunk boundaries and averages the sampler's noise (bench/results/vla_sft "
+                        "round 8: 47%% -> 68%% on the pick tasks against re-planning every 4 ticks)")
     p.add_argument("--videos", type=int, default=2, help="episodes per task saved as MP4 (default 2)")
     p.add_argument("--instruction", default=None, help="override every task's instruction (prompt experiments)")
     p.add_argument("--out", default=None, help="output directory (default CHECKPOINT_RUN/eval-<time>)")
@@ -55,6 +61,15 @@ pi0 / pi05 / SmolVLA policy directory) or a `vla train` run directory (its final
     p.add_argument("--serve", choices=["auto", "always", "never"], default="auto",
                    help="start the sim bridge if it is not running (auto)")
     p.set_defaults(run=run)
+
+
+def _temporal_ensemble(args) -> float | None:
+    """``--temporal-ensemble`` unless ``--exec-steps`` asks for chunk execution."""
+    if args.exec_steps is not None and args.temporal_ensemble is not None:
+        raise ValueError("--temporal-ensemble executes one row per tick: drop --exec-steps")
+    if args.exec_steps is not None:
+        return None
+    return TE_DEFAULT if args.temporal_ensemble is None else args.temporal_ensemble
 
 
 def run(args) -> int:
@@ -98,7 +113,7 @@ def run(args) -> int:
         try:
             report = evaluate(model, client, tasks, args.episodes, out, seed_start=args.seed_start,
                               exec_steps=args.exec_steps, videos=args.videos, instruction=args.instruction,
-                              control_hz=args.control_hz, temporal_ensemble=args.temporal_ensemble)
+                              control_hz=args.control_hz, temporal_ensemble=_temporal_ensemble(args))
         finally:
             client.close()
     return _report(args, report, ckpt, run_root, out)
@@ -131,7 +146,7 @@ def _run_env(args, model, ckpt: str, make_env) -> int:
     try:
         report = evaluate_env(model, env, name, args.episodes, out, int(max_ticks), seed_start=args.seed_start,
                               exec_steps=args.exec_steps, videos=args.videos, control_hz=args.control_hz,
-                              temporal_ensemble=args.temporal_ensemble)
+                              temporal_ensemble=_temporal_ensemble(args))
     finally:
         env.close()
     report["env"] = args.env
