@@ -31,6 +31,9 @@ import torch
 from policies.common.replay import ReplayBuffer
 from policies.dsrl import DSRLAgent, DSRLConfig
 
+# tens of CPU seconds each, several minutes of wall clock on a loaded 2-core machine: above pytest's 300 s default
+pytestmark = pytest.mark.timeout(900)
+
 H, A = 2, 2  # the chunk (and the noise): 4 dims
 STEPS = 3  # macro-steps of the multi-step task
 FEAT = H * A + STEPS + 1  # observation: scene, one-hot step, on-track flag
