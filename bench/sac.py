@@ -6,7 +6,8 @@ two separate Q MLPs, their targets, the min of the two, a tanh-Gaussian actor, a
 Polyak updates parameter by parameter). Both run the same network sizes -- hidden 256 x 256,
 batch 256, a 64-d observation feature and a 56-d action (DSRL's 8 x 7 noise chunk) -- on the same
 random batches, with the same thread count (``--threads``, default 1), in RLPD's schedule: a round
-is ``utd`` (20) critic updates then one actor + temperature update.
+is ``utd`` (20) critic updates then one actor + temperature update (ours: ``update_schedule``
+``legacy``; its default ``per_step`` adds an actor and a temperature step to every critic step).
 
 Rows: the reference with and without LayerNorm in its critics, ours with 2 critics (subset 2)
 with and without LayerNorm -- the like-for-like comparisons -- and ours with the RLPD default of
@@ -141,8 +142,10 @@ def make_sampler(seed: int, pool: int = 8192):
 def make_agents() -> list[tuple[str, object]]:
     from policies.common.sac import SAC, SACConfig
 
+    # update_schedule "legacy": utd critic steps + one actor / temperature step, the reference loop's work
     ours = lambda n, ln: SAC(OBS_DIM, ACTION_DIM, SACConfig(num_critics=n, critic_subset=2, hidden=HIDDEN,  # noqa: E731
-                                                             batch_size=BATCH, critic_layer_norm=ln), seed=0)
+                                                             batch_size=BATCH, critic_layer_norm=ln,
+                                                             update_schedule="legacy"), seed=0)
     torch.manual_seed(0)
     return [("reference CleanRL, 2 Q MLPs", RefSAC(layer_norm=False)),
             ("ours, 2 critics", ours(2, False)),

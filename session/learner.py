@@ -66,6 +66,7 @@ class Learner:
         self.finished_acks = 0
         self.base: dict[str, Any] | None = read_base_eval(s, resume)
         self.log = RunLog(cfg.out, s.ticks)
+        s.on_update = self.log.update
         self.t0 = time.perf_counter()
         self.bar = None
 

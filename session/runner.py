@@ -96,6 +96,8 @@ class Session:
         self.demo = ReplayBuffer(cap, spec, self.agent.action_dim, extras) if replay else None
         self.rng = np.random.default_rng(cfg.seed)
         self.step = self.ticks = self.episode = 0
+        self.on_update: Callable[[dict[str, float], int], None] | None = None
+        """Called with every update's diagnostics and the session's ticks (``RunLog.update``: TensorBoard)."""
         self.ckpt_dir = os.path.join(cfg.out, "checkpoint")
 
     # -- checkpoints -----------------------------------------------------------------------------
@@ -182,7 +184,10 @@ class Session:
     def learn(self) -> dict[str, float]:
         """One update round of the agent once warm-up is over ({} before)."""
         if self.step >= self.cfg.warmup_steps and len(self.online) >= 2:
-            return self.agent.update(self.online, self.demo, self.rng)
+            info = self.agent.update(self.online, self.demo, self.rng)
+            if self.on_update is not None:
+                self.on_update(info, self.ticks)
+            return info
         return {}
 
     def record(self, tr: dict[str, Any], ticks: int, episode_end: bool, episode_info: dict[str, Any]) -> dict[str, float]:
@@ -377,7 +382,10 @@ def episode_seed(cfg: RLConfig, episode: int) -> int:
 
 
 class RunLog:
-    """``episodes.jsonl``, ``evals.jsonl`` and the TensorBoard scalars of a run directory."""
+    """``episodes.jsonl``, ``evals.jsonl`` and the TensorBoard scalars of a run directory: every
+    update's losses and diagnostics (``update``, wired to ``Session.on_update``) at the session's
+    tick count, and per episode the success and length; ``episodes.jsonl`` also holds each
+    episode's last update."""
 
     def __init__(self, out: str, ticks: int) -> None:
         from torch.utils.tensorboard import SummaryWriter
@@ -393,9 +401,12 @@ class RunLog:
         _append_jsonl(os.path.join(self.out, "episodes.jsonl"), rec)
         self.tb.add_scalar("train/success", float(r["success"]), total_ticks)
         self.tb.add_scalar("train/episode_ticks", r["ticks"], total_ticks)
-        for k, v in losses.items():
-            self.tb.add_scalar(k, v, total_ticks)
         return rec
+
+    def update(self, info: dict[str, float], total_ticks: int) -> None:
+        """Log one update's losses and diagnostics (``losses/...``, ``diag/...``) to TensorBoard."""
+        for k, v in info.items():
+            self.tb.add_scalar(k, v, total_ticks)
 
     def evaluation(self, episode: int, total_ticks: int, ev: dict[str, Any]) -> None:
         """Log an evaluation taken after ``episode``."""
@@ -413,6 +424,17 @@ def _append_jsonl(path: str, rec: dict[str, Any]) -> None:
         f.write(json.dumps(rec) + "\n")
 
 
+def update_diagnostics(run_dir: str) -> dict[str, dict[str, float]]:
+    """The agent's diagnostics (``diag/...``) at the first and the last episode that updated, from
+    ``episodes.jsonl`` (so a resumed run reports its whole session): e.g. whether the policy's entropy
+    moved and whether its critic ranks the noises. {} before any update."""
+    path = os.path.join(run_dir, "episodes.jsonl")
+    rows = [json.loads(x) for x in open(path) if x.strip()] if os.path.isfile(path) else []
+    rows = [{k: v for k, v in r.items() if k.startswith("diag/")} for r in rows]
+    rows = [r for r in rows if r]
+    return {"first": rows[0], "last": rows[-1]} if rows else {}
+
+
 def write_summary(sess: Session, base_rate: float | None, final: dict[str, Any] | None, wall_s: float,
                   **extra: Any) -> dict[str, Any]:
     """``learning_curve.png`` and ``summary.json`` (with the frozen VLA's hashes before / after)."""
@@ -425,7 +447,8 @@ def write_summary(sess: Session, base_rate: float | None, final: dict[str, Any] 
                "online_transitions": len(sess.online), "demo_transitions": len(sess.demo),
                "agent_parameters": sess.agent.parameter_counts(),
                "vla_weights_sha256_before": sess.digest_before, "vla_weights_sha256_after": digest_after,
-               "vla_weights_unchanged": sess.digest_before == digest_after, **extra}
+               "vla_weights_unchanged": sess.digest_before == digest_after,
+               "update_diagnostics": update_diagnostics(sess.cfg.out), **extra}
     with open(os.path.join(sess.cfg.out, "summary.json"), "w") as f:
         json.dump(summary, f, indent=2)
     return summary
@@ -468,6 +491,7 @@ def run_session(cfg: RLConfig, env, vla, resume: bool = False, operator: Operato
     if base is None:
         base = write_base_eval(sess, sess.evaluate(cfg.eval_episodes, cfg.eval_seed_start, base=True))
     log = RunLog(cfg.out, sess.ticks)
+    sess.on_update = log.update
     bar = tqdm(total=cfg.total_ticks, initial=min(sess.ticks, cfg.total_ticks), desc=cfg.label,
                unit="tick", disable=not progress)
     t0 = time.perf_counter()

@@ -5,8 +5,14 @@ Read top to bottom: config, networks (critic ensemble, tanh-Gaussian actor), the
 * SAC (Haarnoja et al. 2018), written after CleanRL's ``sac_continuous_action.py``.
 * RLPD (Ball et al. 2023, ``ikostrikov/rlpd``): an ensemble of ``num_critics`` Q-networks with
   LayerNorm, a TD target from the min over a *random subset* of ``critic_subset`` target critics,
-  ``utd`` critic updates per actor update, actor loss on the ensemble *mean*, target entropy
-  ``-|A|/2``. (RLPD's 50/50 online/offline batches are ``replay.sample_mixed``.)
+  actor loss on the ensemble *mean*, target entropy ``-|A|/2``. (RLPD's 50/50 online/offline
+  batches are ``replay.sample_mixed``.)
+* The update schedule (``SACConfig.update_schedule``): ``per_step`` (default) runs ``utd`` gradient
+  steps, each a critic, an actor and a temperature step on one fresh batch, as both DSRL codes do
+  (SB3's ``SAC.train`` in ``ajwagen/dsrl``, jaxrl2's ``_update_jit`` in ``dsrl_pi0``); ``legacy`` runs
+  ``utd`` critic steps and then one actor + temperature step on the last batch (RLPD). With
+  ``legacy`` the temperature moves ``utd`` times slower per env step, which kept DSRL's noise policy
+  at its initial distribution for whole sessions (issue 15).
 * Images (DrQ / SERL): an optional ``encoder`` turns an observation dict into a feature vector.
   Actor and critic share it; it is trained by the critic loss only -- the actor sees its output
   detached. Next-state features come from the same encoder without gradient (DrQ-v2), so there
@@ -140,9 +146,9 @@ class SAC:
     """Actor, critic ensemble, target critic, log temperature and their Adam optimisers.
 
     ``update(batch)``: one critic step, then (by default) one actor + temperature step (UTD 1).
-    ``update_many(sample_fn)``: RLPD -- ``utd`` critic steps on fresh batches, then one actor +
-    temperature step on the last batch. ``state_dict`` holds everything for an exact resume,
-    including the generator that draws the critic subsets and the actor's noise.
+    ``update_many(sample_fn)``: ``utd`` gradient steps on fresh batches, by ``cfg.update_schedule``.
+    ``state_dict`` holds everything for an exact resume, including the generator that draws the
+    critic subsets and the actor's noise.
     """
 
     def __init__(self, obs_dim: int | None, action_dim: int, cfg: SACConfig = SACConfig(),
@@ -275,16 +281,34 @@ class SAC:
         return {k: float(v) for k, v in info.items()}
 
     def update_many(self, sample_fn: Callable[[], dict[str, Any]], utd: int | None = None) -> dict[str, float]:
-        """RLPD's update: ``utd`` critic steps, each on a fresh ``sample_fn()`` batch, then one actor +
-        temperature step on the last batch. -> the last step's metrics, qf_loss averaged over the steps."""
+        """``utd`` gradient steps, each on a fresh ``sample_fn()`` batch. ``per_step``: critic, actor and
+        temperature every step; ``legacy``: critic every step, actor + temperature once, on the last batch.
+        -> the last step's metrics, qf_loss averaged over the steps, and the policy diagnostics
+        (``policy_diagnostics``) on the last batch."""
         utd = self.cfg.utd if utd is None else int(utd)
+        per_step = self.cfg.update_schedule == "per_step"
         qf_losses = []
         for i in range(utd):
             info, feat = self._critic_step(_to(sample_fn(), self.device))
             qf_losses.append(info["losses/qf_loss"])
-        info.update(self._actor_step(feat))
+            if per_step or i == utd - 1:
+                info.update(self._actor_step(feat))
         info["losses/qf_loss_mean_utd"] = torch.stack(qf_losses).mean()
+        info.update(self.policy_diagnostics(feat))
         return {k: float(v) for k, v in info.items()}
+
+    @torch.no_grad()
+    def policy_diagnostics(self, feat: torch.Tensor) -> dict[str, torch.Tensor]:
+        """Where the policy stands on features ``feat`` [B, D]: the mean over batch and action dims of
+        its pre-squash log std and |mean|, the RMS of its (squashed) mean action, its entropy estimate
+        -E[log pi] from one sample per row, and alpha. A policy that never leaves its initial
+        distribution shows log std and entropy flat at their initial values."""
+        mean, log_std = self.actor(feat)
+        _, log_pi = self.actor.sample(feat, generator=torch.Generator(feat.device).manual_seed(0))
+        a = self.actor.action_scale * torch.tanh(mean)
+        return {"diag/actor_log_std": log_std.mean(), "diag/actor_abs_mean": mean.abs().mean(),
+                "diag/actor_mean_action_rms": a.pow(2).mean().sqrt(), "diag/entropy": -log_pi.mean(),
+                "diag/alpha": self.alpha}
 
     # -- exact resume ----------------------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:

@@ -3,7 +3,10 @@ command lines can build their flags from it (``vla rl --help`` imports no torch)
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
+
+UPDATE_SCHEDULES = ("per_step", "legacy")
 
 
 @dataclass(frozen=True)
@@ -25,7 +28,12 @@ class SACConfig:
     critic_subset: int = 2
     """Target critics drawn at random for the TD target, which takes their min (RLPD: 2 of 10)."""
     utd: int = 20
-    """Update-to-data ratio: critic updates per actor / temperature update in ``update_many``."""
+    """Update-to-data ratio: gradient steps per ``update_many`` call (one call per env / macro-step)."""
+    update_schedule: str = dataclasses.field(default="per_step", metadata={"choices": UPDATE_SCHEDULES})
+    """``per_step``: every one of the ``utd`` gradient steps updates critic, actor and temperature on a
+    fresh batch (both DSRL codes, SB3 / jaxrl2 SAC: UTD 20 = 20 actor and 20 temperature steps).
+    ``legacy``: ``utd`` critic steps, then one actor + temperature step on the last batch (RLPD's
+    ``update``; this project's schedule before issue 15, kept for ablations)."""
     hidden: tuple[int, ...] = (256, 256)
     """Hidden layer widths of the actor and of each critic."""
     critic_layer_norm: bool = True
@@ -33,7 +41,9 @@ class SACConfig:
     init_temperature: float = 1.0
     """Initial entropy temperature alpha."""
     target_entropy: float | None = None
-    """Entropy the temperature steers to; None means -action_dim / 2 (RLPD, DSRL-pi0)."""
+    """Entropy the temperature steers to; None means -action_dim / 2 (RLPD, DSRL-pi0). The entropy is
+    that of the action in [-b, b] (log b per dimension included, as jaxrl2 / DSRL-pi0; SB3 and so
+    DSRL-robomimic measure it in [-1, 1], where their target 0 sits)."""
     action_scale: float = 1.0
     """b: actions lie in [-b, b]^A (DSRL: the latent-noise magnitude, 1.0 - 2.5)."""
     backup_entropy: bool = True
@@ -57,6 +67,8 @@ class SACConfig:
             raise ValueError(f"gamma must be in [0, 1], got {self.gamma}")
         if not 0.0 < self.tau <= 1.0:
             raise ValueError(f"tau must be in (0, 1], got {self.tau}")
+        if self.update_schedule not in UPDATE_SCHEDULES:
+            raise ValueError(f"update_schedule must be one of {UPDATE_SCHEDULES}, got {self.update_schedule!r}")
         if self.batch_size < 1 or self.utd < 1:
             raise ValueError(f"batch_size and utd must be >= 1, got {self.batch_size} and {self.utd}")
         if not 1 <= self.critic_subset <= self.num_critics:

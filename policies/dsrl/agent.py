@@ -250,6 +250,8 @@ class DSRLAgent(Agent):
 
     # -- learning ------------------------------------------------------------------------------
     def update(self, online: ReplayBuffer, offline: ReplayBuffer | None, rng: np.random.Generator) -> dict[str, float]:
+        """One update round (one per macro-step): ``sac.utd`` gradient steps by ``sac.update_schedule``,
+        then, every ``diag_every`` rounds, the critic diagnostics (``critic_diagnostics``)."""
         bs = self.cfg.sac.batch_size
         if self.cfg.variant in ("sac", "action"):
             # the noise-space critic can only learn from transitions that have a noise action
@@ -263,6 +265,8 @@ class DSRLAgent(Agent):
 
             info = self._update_na(sample)
         self.updates += 1
+        if self.cfg.diag_every and self.updates % self.cfg.diag_every == 0:
+            info.update(self.critic_diagnostics(online))
         return info
 
     def _augment(self, batch: dict[str, Any]) -> dict[str, Any]:
@@ -276,53 +280,110 @@ class DSRLAgent(Agent):
         return batch["chunk"].reshape(batch["chunk"].shape[0], -1)
 
     def _update_na(self, sample: Callable[[], dict[str, Any]]) -> dict[str, float]:
+        """DSRL-NA's round. ``per_step`` (the reference, ``ajwagen/dsrl``'s ``DSRL.train``): ``utd`` steps
+        of Q^A's TD update, each followed by an actor and a temperature step on the same batch against
+        Q^W; then ``distill_steps`` Q^W distillation steps, each on a fresh batch. ``legacy``: ``utd`` Q^A
+        steps, the distillation on the last batch only, then one actor + temperature step."""
         sac, cfg = self.sac, self.sac.cfg
-        qa_losses = []
-        for _ in range(cfg.utd):
+        per_step = cfg.update_schedule == "per_step"
+        qa_losses, info = [], {}
+        for i in range(cfg.utd):
             b = sample()
-            # s: the agent's encoded observation (encoder "vla": the VLA features themselves);
-            # feat: the VLA's embedding, which pi_vla denoises from
-            with torch.no_grad():
-                s2, feat2 = sac.features(b["next_obs"]), b["next_obs"]["feat"]  # no target encoder (DrQ-v2)
-                # y = r + gamma (1 - d) (min_{i in K} Qbar^A_i(s', pi_vla(s', w')) - alpha log pi^W(w'|s'))
-                w2, logp2 = sac.actor.sample(s2, generator=sac.generator)
-                a2 = self.chunk(feat2, w2, normalized=True)[:, : self.exec_steps].reshape(len(s2), -1)
-                subset = torch.randperm(cfg.num_critics, generator=sac.generator)[: cfg.critic_subset]
-                q2 = self.qa_target(s2, a2, members=subset).min(dim=0).values
-                if cfg.backup_entropy:
-                    q2 = q2 - sac.alpha * logp2
-                y = b["reward"] + cfg.gamma * (1.0 - b["done"]) * q2
-            s = sac.features(b["obs"])  # with gradient: Q^A's TD loss trains the encoder (cnn)
-            qa = self.qa(s, self._qa_action(b))
-            loss = ((qa - y.unsqueeze(0)) ** 2).mean(dim=1).sum()
-            self.qa_opt.zero_grad(set_to_none=True)
-            loss.backward()
-            self.qa_opt.step()
-            with torch.no_grad():
-                torch._foreach_lerp_(list(self.qa_target.parameters()), list(self.qa.parameters()), cfg.tau)
-            qa_losses.append(loss.detach())
+            s, qa, loss = self._qa_step(b)
+            qa_losses.append(loss)
+            if per_step:
+                # actor: max_w Q^W(s, w) - alpha log pi^W(w|s), and the temperature, on Q^A's batch;
+                # the observation read detached (only Q^A's TD loss trains the encoder)
+                info = sac._actor_step(s.detach())
         # distil Q^W(s, w) <- Q^A(s, pi_vla(s, w)), w ~ N(0, I): the noise critic sees every noise the
-        # VLA maps to the same action as equally good ("noise aliasing"). Q^W and the actor read the
-        # same encoded observation as Q^A, detached: only Q^A's TD loss trains the encoder
-        s, feat = s.detach(), b["obs"]["feat"]
+        # VLA maps to the same action as equally good ("noise aliasing"). Q^W reads the same encoded
+        # observation as Q^A, detached: only Q^A's TD loss trains the encoder
         qw_losses = []
         for _ in range(self.cfg.distill_steps):
-            w = torch.randn(len(s), self.noise_dim, generator=sac.generator).clamp(-self.cfg.noise_bound,
-                                                                                   self.cfg.noise_bound)
-            with torch.no_grad():
-                a = self.chunk(feat, w, normalized=True)[:, : self.exec_steps].reshape(len(s), -1)
-                target = self.qa(s, a).mean(dim=0)
-            qw = sac.critic(s, w)
-            loss = ((qw - target.unsqueeze(0)) ** 2).mean(dim=1).sum()
-            sac.critic_opt.zero_grad(set_to_none=True)
-            loss.backward()
-            sac.critic_opt.step()
-            qw_losses.append(loss.detach())
-        info = {k: float(v) for k, v in sac._actor_step(s).items()}
+            if per_step:  # a fresh batch per distillation step (the reference); legacy: Q^A's last batch
+                b = sample()
+                with torch.no_grad():
+                    s = sac.features(b["obs"])
+            qw_losses.append(self._distill_step(s.detach(), b["obs"]["feat"]))
+        if not per_step:
+            info = sac._actor_step(s.detach())
+        info = {k: float(v) for k, v in info.items()}
+        info.update({k: float(v) for k, v in sac.policy_diagnostics(s.detach()).items()})
         info.update({"losses/qa_loss": float(torch.stack(qa_losses).mean()),
                      "losses/qw_distill_loss": float(torch.stack(qw_losses).mean()),
                      "losses/qa_values": float(qa.detach().mean())})
         return info
+
+    def _qa_step(self, b: dict[str, Any]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """One TD step of Q^A on batch ``b``. -> (encoded observation s, with gradient history; Q^A(s, a);
+        the loss)."""
+        sac, cfg = self.sac, self.sac.cfg
+        # s: the agent's encoded observation (encoder "vla": the VLA features themselves);
+        # feat: the VLA's embedding, which pi_vla denoises from
+        with torch.no_grad():
+            s2, feat2 = sac.features(b["next_obs"]), b["next_obs"]["feat"]  # no target encoder (DrQ-v2)
+            # y = r + gamma (1 - d) (min_{i in K} Qbar^A_i(s', pi_vla(s', w')) - alpha log pi^W(w'|s'))
+            w2, logp2 = sac.actor.sample(s2, generator=sac.generator)
+            a2 = self.chunk(feat2, w2, normalized=True)[:, : self.exec_steps].reshape(len(s2), -1)
+            subset = torch.randperm(cfg.num_critics, generator=sac.generator)[: cfg.critic_subset]
+            q2 = self.qa_target(s2, a2, members=subset).min(dim=0).values
+            if cfg.backup_entropy:
+                q2 = q2 - sac.alpha * logp2
+            y = b["reward"] + cfg.gamma * (1.0 - b["done"]) * q2
+        s = sac.features(b["obs"])  # with gradient: Q^A's TD loss trains the encoder (cnn)
+        qa = self.qa(s, self._qa_action(b))
+        loss = ((qa - y.unsqueeze(0)) ** 2).mean(dim=1).sum()
+        self.qa_opt.zero_grad(set_to_none=True)
+        loss.backward()
+        self.qa_opt.step()
+        with torch.no_grad():
+            torch._foreach_lerp_(list(self.qa_target.parameters()), list(self.qa.parameters()), cfg.tau)
+        return s, qa, loss.detach()
+
+    def _distill_step(self, s: torch.Tensor, feat: torch.Tensor) -> torch.Tensor:
+        """One step of (Q^W(s, w) - mean_i Q^A_i(s, pi_vla(s, w)))^2, w ~ N(0, I) clipped to the bound."""
+        sac = self.sac
+        w = torch.randn(len(s), self.noise_dim, generator=sac.generator).clamp(-self.cfg.noise_bound,
+                                                                               self.cfg.noise_bound)
+        with torch.no_grad():
+            a = self.chunk(feat, w, normalized=True)[:, : self.exec_steps].reshape(len(s), -1)
+            target = self.qa(s, a).mean(dim=0)
+        qw = sac.critic(s, w)
+        loss = ((qw - target.unsqueeze(0)) ** 2).mean(dim=1).sum()
+        sac.critic_opt.zero_grad(set_to_none=True)
+        loss.backward()
+        sac.critic_opt.step()
+        return loss.detach()
+
+    @torch.no_grad()
+    def critic_diagnostics(self, online: ReplayBuffer) -> dict[str, float]:
+        """Does the critic give the actor a signal? At the first ``diag_states`` states of ``online``
+        (fixed until the ring wraps) and ``diag_noises`` fixed noises w ~ N(0, I) (clipped; drawn from
+        their own seeded generator, so the training RNG streams are untouched): the spread over w of
+        Q^W(s, w) and (NA) of Q^A(s, pi_vla(s, w)), as the std and the max - min over w, averaged over
+        the states (flat spreads: the actor sees no gradient). ``qw_policy_gain``: Q^W at the policy's
+        mean noise minus its mean over the random noises (> 0: the actor has found noises its critic
+        prefers). Critics are ensemble means."""
+        k = min(self.cfg.diag_states, len(online))
+        if k == 0:
+            return {}
+        obs = online.gather(np.arange(k))["obs"]
+        s = self.sac.features(obs)
+        m, d = self.cfg.diag_noises, self.noise_dim
+        b = self.sac.actor.action_scale
+        w = torch.randn(m, d, generator=torch.Generator().manual_seed(0)).clamp(-b, b)
+        s_rep = s.repeat_interleave(m, dim=0)  # [k*m, D]: state i with every noise j
+        w_rep = w.repeat(k, 1)
+        out = {}
+        qw = self.sac.critic(s_rep, w_rep).mean(dim=0).reshape(k, m)
+        out.update(_spread("diag/qw", qw))
+        w_pi = self.sac.actor.action_scale * torch.tanh(self.sac.actor(s)[0])
+        out["diag/qw_policy_gain"] = float((self.sac.critic(s, w_pi).mean(dim=0) - qw.mean(dim=1)).mean())
+        if self.cfg.variant == "na":
+            feat = obs["feat"].repeat_interleave(m, dim=0)
+            a = self.chunk(feat, w_rep, normalized=True)[:, : self.exec_steps].reshape(k * m, -1)
+            out.update(_spread("diag/qa", self.qa(s_rep, a).mean(dim=0).reshape(k, m)))
+        return out
 
     # -- exact resume --------------------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:
@@ -342,6 +403,12 @@ class DSRLAgent(Agent):
             self.qa.load_state_dict(d["qa"])
             self.qa_target.load_state_dict(d["qa_target"])
             self.qa_opt.load_state_dict(d["qa_opt"])
+
+
+def _spread(name: str, q: torch.Tensor) -> dict[str, float]:
+    """q [states, noises] -> the std and the max - min over the noises, each averaged over the states."""
+    return {f"{name}_spread_std": float(q.std(dim=1).mean()),
+            f"{name}_spread_range": float((q.max(dim=1).values - q.min(dim=1).values).mean())}
 
 
 def _camera_layout(cfg: DSRLConfig, observation_space) -> dict[str, Any]:

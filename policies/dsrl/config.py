@@ -35,15 +35,40 @@ class DSRLConfig:
     """Rows of each chunk executed per macro-step (default: the whole chunk)."""
     distill_steps: int = 10
     """NA: noise-critic (Q^W) distillation steps per update round (the paper: 10)."""
+    diag_every: int = 1
+    """Critic diagnostics (``DSRLAgent.critic_diagnostics``: the spread over noises of Q^W and Q^A at fixed
+    states) every this many update rounds, logged with the losses (0: never; the policy's log std, |mean|,
+    entropy and alpha are logged every round regardless)."""
+    diag_states: int = 8
+    """Critic diagnostics: the first this many states of the online buffer."""
+    diag_noises: int = 32
+    """Critic diagnostics: this many fixed noises w ~ N(0, I) per state."""
     image_size: int = 64
     """cnn: side of the square uint8 camera frames the encoder reads (and the replay buffers store)."""
     image_pad: int = 4
     """cnn: DrQ random shift of the replayed frames by up to +-image_pad pixels per critic update (0: none)."""
     sac: SACConfig = SACConfig(utd=20, init_log_std=0.0, init_temperature=0.01, backup_entropy=False)
-    """SAC settings (action_scale is set from noise_bound, or action_bound for variant action). ``init_log_std`` 0: the first noise policy
-    is b tanh(N(0, I)), close to the N(0, I) the VLA denoises, so a session starts at the base VLA.
-    ``init_temperature`` 0.01: the success reward is 0 / 1 while a 56-d noise policy's log-density is
-    tens of nats (alpha = 1 would drown the reward in entropy); no soft backup (SERL, sparse rewards)."""
+    """SAC settings (action_scale is set from noise_bound, or action_bound for variant action). Against
+    the reference codes (``ajwagen/dsrl`` on robomimic, ``nakamotoo/dsrl_pi0``):
+
+    * ``update_schedule`` ``per_step``: as both: every gradient step updates critic, actor and
+      temperature (UTD 20: 20 of each per macro-step); NA distils Q^W on a fresh batch per step.
+    * ``init_temperature`` 0.01 (both references: 1.0). Departure: alpha moves by about ``alpha_lr``
+      in log space per step (Adam), so from 1.0 it needs ~15K actor steps to reach 0.01, i.e. ~750
+      macro-steps at UTD 20 -- the references' budgets (100Ks of steps) absorb that; ours (1-2K
+      macro-steps) do not: a trial at alpha 1.0 held the policy at its maximal entropy for a whole
+      10K-tick session (issue 15). With a 0 / 1 success reward, alpha 0.01 weighs ~50 nats of noise
+      entropy at 0.5 success; the synthetic tests (``tests/policies/test_dsrl_sanity.py``) pass with it.
+    * ``target_entropy`` None: -d/2 with d the noise dims (DSRL-pi0's 'auto'; robomimic and ALOHA
+      use 0, measured in [-1, 1] on robomimic, i.e. d log b in our [-b, b] convention).
+    * ``init_log_std`` 0 (SB3's ``log_std_init`` 0 on robomimic): the first noise policy is
+      b tanh(N(0, I)), close to the N(0, I) the VLA denoises, so a session starts at the base VLA.
+    * ``backup_entropy`` False (both references subtract alpha log pi in the TD target): sparse 0 / 1
+      rewards (SERL); no entropy bonus inflates Q^A where no reward was ever seen.
+    * Networks: ``hidden`` (256, 256) with LayerNorm, 10 critics, actor on the ensemble mean (RLPD);
+      robomimic: 3 x 2048 with LayerNorm and Tanh, 2 critics, min; pi0: 3 x 128, 10 critics, mean.
+    * Warm-up: the session's ``warmup_steps`` macro-steps of the base VLA (robomimic ~1.5K steps x 4
+      envs, pi0 LIBERO 500, ALOHA 1000)."""
 
     def __post_init__(self) -> None:
         if self.variant not in VARIANTS:
@@ -54,6 +79,11 @@ class DSRLConfig:
             raise ValueError(f"DSRLConfig.action_bound must be positive, got {self.action_bound}")
         if self.distill_steps < 1:
             raise ValueError("DSRLConfig.distill_steps must be >= 1")
+        if self.diag_every < 0:
+            raise ValueError(f"DSRLConfig.diag_every must be >= 0 (0: no critic diagnostics), got {self.diag_every}")
+        if self.diag_states < 1 or self.diag_noises < 2:
+            raise ValueError(f"DSRLConfig.diag_states must be >= 1 and diag_noises >= 2 (a spread needs two), got "
+                             f"{self.diag_states} and {self.diag_noises}")
         if self.encoder not in ENCODERS:
             raise ValueError(f"encoder must be one of {ENCODERS}, got {self.encoder!r}")
         if self.image_size < 16 or self.image_size % 16:

@@ -169,10 +169,27 @@ def test_state_dict_round_trip_gives_bit_identical_updates():
             assert torch.equal(t, sb[key][name]), f"{key}.{name}"
     assert torch.equal(sa["log_alpha"], sb["log_alpha"]) and torch.equal(sa["generator"], sb["generator"])
     assert sa["critic_opt"]["state"][0]["step"] == sb["critic_opt"]["state"][0]["step"] == 5 * 3
-    assert (a.critic_updates, a.actor_updates) == (15, 5)
+    assert (a.critic_updates, a.actor_updates) == (15, 15)  # per_step: an actor step with every critic step
     # and the resumed run is not trivially equal to a fresh one
     c = SAC(None, 2, cfg, encoder=_tiny_encoder(), seed=123)
     assert run(c) != infos_a
+
+
+@pytest.mark.parametrize("schedule, actor_steps", [("per_step", 6), ("legacy", 2)])
+def test_update_schedule_counts_actor_and_temperature_steps(schedule, actor_steps):
+    """per_step: utd critic, actor and temperature steps per round (the DSRL codes); legacy: utd critic
+    steps and one actor + temperature step (RLPD). The round also reports the policy diagnostics."""
+    rng = np.random.default_rng(0)
+    buf = _image_buffer(rng)
+    sac = SAC(None, 2, SACConfig(hidden=(8,), num_critics=2, batch_size=8, utd=3, update_schedule=schedule),
+              encoder=_tiny_encoder())
+    for _ in range(2):
+        info = sac.update_many(lambda: buf.sample(8, rng))
+    assert (sac.critic_updates, sac.actor_updates) == (6, actor_steps)
+    assert sac.alpha_opt.state_dict()["state"][0]["step"] == actor_steps
+    assert {"diag/actor_log_std", "diag/actor_abs_mean", "diag/entropy", "diag/alpha"} <= set(info)
+    with pytest.raises(ValueError, match="update_schedule must be one of"):
+        SACConfig(update_schedule="rlpd")
 
 
 def test_encoder_is_trained_by_the_critic_only():

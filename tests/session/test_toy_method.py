@@ -160,6 +160,16 @@ def test_vla_rl_env_runs_a_session_on_a_gymnasium_env_from_the_command_line(toy,
         assert cfg["agent"] == {"noise": "random", "step_size": 0.1}
     else:
         assert cfg["agent"]["sac"]["hidden"] == [16]
+        # every update's diagnostics reach TensorBoard, and the summary holds the first and the last
+        from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+        tb = EventAccumulator(str(tmp_path / "run/tb"))
+        tb.Reload()
+        steps = [e.step for e in tb.Scalars("diag/entropy")]
+        assert len(steps) == summary["steps"] - 1 and steps == sorted(set(steps)), (steps, summary["steps"])
+        assert {"diag/qa_spread_std", "diag/qw_spread_range", "losses/qa_loss"} <= set(tb.Tags()["scalars"])
+        diag = summary["update_diagnostics"]
+        assert {"diag/entropy", "diag/alpha", "diag/actor_log_std", "diag/qw_spread_std"} <= set(diag["last"])
         assert main([*argv[:2], "toy", *argv[3:], "--variant", "sac"]) == 2  # another method's flag: refused
 
 
