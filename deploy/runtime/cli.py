@@ -7,6 +7,7 @@ import argparse
 import json
 import logging
 import os
+import signal
 import sys
 
 EPILOG = """\
@@ -80,6 +81,10 @@ def main(argv: list[str] | None = None) -> int:
     from robot_io.client import BridgeError
     from robot_io.site import SiteError
 
+    def _sigterm(signum, frame):  # systemd stops the service with SIGTERM: stop the arm as Ctrl-C does
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGTERM, _sigterm)
     try:
         return _run(args)
     except (ValueError, FileNotFoundError, SiteError, BridgeError) as e:
@@ -109,7 +114,7 @@ def _run(args) -> int:
     with RobotClient(args.site, sync=False, timeout_s=args.timeout) as client:
         check_site(policy, client)
         if args.reset is not None:
-            client.reset(args.reset)
+            client.reset(args.reset, timeout_s=120.0)  # a simulator settles its scene (slow on a busy CPU)
         print(f"vla-edge: {os.path.basename(args.policy)} on {client.site.name} at {args.hz:g} Hz, "
               f"instruction {instruction!r}", flush=True)
         stats = run_edge(client, policy, instruction, cfg, noise_shape=noise_shape, exec_steps=policy.exec_steps)
