@@ -63,11 +63,11 @@ def resolve_instruction(policy, instruction: str | None) -> str:
     return instruction
 
 
-def check_site(policy, client) -> None:
-    """The site must serve every camera the policy reads (before the arm moves)."""
-    missing = [c for c in policy.cameras if c not in client.camera_names]
+def check_site(policy, site) -> None:
+    """The site must serve every camera the policy reads (checked from the site file, before connecting)."""
+    missing = [c for c in policy.cameras if c not in site.cameras]
     if missing:
-        raise ValueError(f"the policy reads camera(s) {missing}; the site serves {client.camera_names} "
+        raise ValueError(f"the policy reads camera(s) {missing}; site {site.name!r} serves {list(site.cameras)} "
                          "(rename them in the site file or re-export)")
     a = policy.meta.get("action_dim")
     if a is not None and a != 7:
@@ -101,6 +101,7 @@ def _run(args) -> int:
     from deploy.runtime.edge import EdgeConfig, run_edge
     from deploy.runtime.onnx_policy import OnnxPolicy
     from robot_io.robot import RobotClient
+    from robot_io.site import load_site
 
     if args.timeout <= 0:
         raise ValueError(f"--timeout must be positive, got {args.timeout}")
@@ -111,8 +112,9 @@ def _run(args) -> int:
     policy = OnnxPolicy(args.policy, threads=args.threads)
     instruction = resolve_instruction(policy, args.instruction)
     noise_shape = tuple(policy.inputs["noise"].shape[1:]) if "noise" in policy.inputs else None
-    with RobotClient(args.site, sync=False, timeout_s=args.timeout) as client:
-        check_site(policy, client)
+    site = load_site(args.site)
+    check_site(policy, site)
+    with RobotClient(site, sync=False, timeout_s=args.timeout) as client:
         if args.reset is not None:
             client.reset(args.reset, timeout_s=120.0)  # a simulator settles its scene (slow on a busy CPU)
         print(f"vla-edge: {os.path.basename(args.policy)} on {client.site.name} at {args.hz:g} Hz, "

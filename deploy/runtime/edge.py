@@ -13,7 +13,8 @@ One control tick every ``1 / hz`` seconds, on an absolute schedule (tick k is du
 (sleep overshoot + observation + inference + the command's round trip). A tick whose latency
 is over one period has missed its deadline. A tick that ends after the next one was due makes
 the schedule skip the ticks it overran (no burst of catch-up commands); they are counted as
-``skipped``. ``EdgeStats`` keeps counters and the latest ``window`` samples (bounded memory).
+``skipped``: executed + skipped = ``seconds * hz``, the ticks due in the run. ``EdgeStats``
+keeps counters and the latest ``window`` samples (bounded memory).
 
 Any exception inside the loop -- the policy, a non-finite or wrongly shaped chunk, a bridge
 error, Ctrl-C -- sends the arm's ``stop`` (its safe state: the arm holds) before it propagates;
@@ -125,11 +126,9 @@ def run_edge(client, policy: Callable[..., np.ndarray], instruction: str, cfg: E
     try:
         t0 = time.perf_counter() + period
         k = 0
-        end = t0 + cfg.seconds if cfg.seconds else float("inf")
-        while True:
+        n_ticks = round(cfg.seconds * cfg.hz) if cfg.seconds else float("inf")  # ticks due in the run
+        while k < n_ticks and not (stop_flag is not None and stop_flag()):
             due = t0 + k * period
-            if due >= end or (stop_flag is not None and stop_flag()):
-                break
             now = time.perf_counter()
             if due > now:
                 time.sleep(due - now)
@@ -157,7 +156,7 @@ def run_edge(client, policy: Callable[..., np.ndarray], instruction: str, cfg: E
             k += 1
             behind = time.perf_counter() - (t0 + k * period)
             if behind > 0:  # overran the next tick: skip the ticks already missed, keep the phase
-                skip = int(behind // period) + 1
+                skip = min(int(behind // period) + 1, n_ticks - k)  # only ticks due within the run
                 stats.skipped += skip
                 k += skip
     except BaseException as e:
