@@ -193,3 +193,31 @@ def test_vla_edge_help_teaches():
 
     text = build_parser().format_help()
     assert "examples:" in text and "vla-edge --policy" in text and "safe state" in text
+
+
+def test_sigterm_stops_the_arm(kinematic_site, tmp_path):
+    """`systemctl stop` sends SIGTERM: the runner sends stop before it exits."""
+    import signal
+
+    from tests.deploy.graphs import toy_policy
+
+    site, arm = kinematic_site
+    policy = toy_policy(str(tmp_path / "p.onnx"), cameras=(), instructions=[INSTR])
+    code = BLOCKER + ("import sys\nfrom deploy.runtime.cli import main\n"
+                      f"sys.exit(main(['--policy', {policy!r}, '--site', {str(site)!r}, '--hz', '20', '--seconds', '0', "
+                      "'--reset', '0', '--timeout', '20']))")
+    proc = subprocess.Popen([sys.executable, "-c", code], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True)
+    try:
+        assert proc.stdout.readline().startswith("vla-edge: ")  # connected, about to run
+        deadline = time.monotonic() + 60
+        while arm.safe and time.monotonic() < deadline:  # the reset re-armed it; wait for motion
+            time.sleep(0.05)
+        time.sleep(0.5)
+        assert not arm.safe, "the arm should be active while the runner runs"
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(30) == 130, proc.stderr.read()[-2000:]
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert arm.safe, "SIGTERM must leave the arm in its safe state"
