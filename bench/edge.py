@@ -40,7 +40,12 @@ import textwrap
 import time
 from pathlib import Path
 
-import numpy as np
+# One BLAS thread (as the edge runtime sets for itself): the ONNX side's frame resize and the torch
+# side (torch.set_num_threads(1)) then both compute on one thread. Set before numpy is imported.
+for _var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+    os.environ.setdefault(_var, "1")
+
+import numpy as np  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
