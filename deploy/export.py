@@ -165,11 +165,10 @@ def _check_parity(name: str, ref: list[np.ndarray], out: list[np.ndarray], scale
     return rep
 
 
-def _quantize(src: str, dst: str, meta: dict[str, Any]) -> None:
+def _quantize(src: str, dst: str) -> None:
     from onnxruntime.quantization import QuantType, quantize_dynamic
 
     quantize_dynamic(src, dst, weight_type=QuantType.QInt8)
-    _set_metadata(dst, {**meta, "quantization": "int8-dynamic"})
 
 
 def _finish(tmp: str, out: str, meta: dict[str, Any], feeds, ref, scale, name: str, quantize: bool) -> dict[str, Any]:
@@ -178,13 +177,17 @@ def _finish(tmp: str, out: str, meta: dict[str, Any], feeds, ref, scale, name: s
     _set_metadata(tmp, meta)
     os.replace(tmp, out)
     report: dict[str, Any] = {"path": out, "parity": parity, "bytes": os.path.getsize(out)}
-    if quantize:
+    if quantize:  # the int8 file's metadata records its own difference from torch
         q = int8_path(out)
-        _quantize(out, q + ".partial", meta)
-        report["int8"] = {"path": q, "parity": _check_parity(name + " int8", ref, _run_onnx(q + ".partial", feeds),
-                                                              scale, None)}
-        os.replace(q + ".partial", q)
-        report["int8"]["bytes"] = os.path.getsize(q)
+        try:
+            _quantize(out, q + ".partial")
+            parity_q = _check_parity(name + " int8", ref, _run_onnx(q + ".partial", feeds), scale, None)
+            _set_metadata(q + ".partial", {**meta, "parity": parity_q, "quantization": "int8-dynamic"})
+            os.replace(q + ".partial", q)
+        finally:
+            if os.path.exists(q + ".partial"):
+                os.remove(q + ".partial")
+        report["int8"] = {"path": q, "parity": parity_q, "bytes": os.path.getsize(q)}
     return report
 
 

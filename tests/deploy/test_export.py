@@ -67,6 +67,7 @@ def test_vla_export_parity_and_metadata(vla_export):
     q = onnx.load(rep["int8"]["path"])
     qmeta = {p.key: json.loads(p.value) for p in q.metadata_props}
     assert qmeta["quantization"] == "int8-dynamic" and qmeta["instructions"] == INSTR
+    assert qmeta["parity"] == rep["int8"]["parity"] != meta["parity"]
     assert any(n.op_type in ("MatMulInteger", "DynamicQuantizeLinear", "ConvInteger") for n in q.graph.node)
     assert 0 < rep["int8"]["parity"]["max_abs_diff"] < 1.0
 
