@@ -26,6 +26,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "rl": ("vla.commands.rl", "online RL session that steers a frozen VLA (DSRL latent-noise SAC), with resume"),
     "eval": ("vla.commands.eval", "roll a VLA checkpoint out in the sim tasks: success rate per task, videos"),
     "reward": ("vla.commands.reward", "train / evaluate a success classifier on camera frames: the reward on real robots"),
+    "export": ("vla.commands.export", "export a policy (compact VLA, + DSRL) or a success classifier to ONNX for the edge"),
 }
 
 EPILOG = """\
@@ -37,6 +38,7 @@ examples:
   vla record --robot sim-franka --task pick_red_cube --teleop scripted --episodes 20 --root data/pick
   vla dataset check --root data/pick         # every file readable, lerobot opens it
   vla replay --robot sim-franka --root data/pick --episode 0
+  vla export policy --checkpoint runs/vla_pick --out deploy/pick.onnx   # ONNX for `vla-edge`
 
 Every device (robot arm, cameras, ...) sits behind one ZMQ bridge; simulators are the default,
 so all of this runs on a laptop. `vla SUBCOMMAND --help` explains each subcommand.
