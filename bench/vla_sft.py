@@ -146,7 +146,7 @@ def run_row(row: Row, args, site: str) -> dict:
     vla = [sys.executable, "-m", "vla.cli"]
     data_dir, runs_dir = pathlib.Path(args.data_dir), pathlib.Path(args.runs_dir)
     run_dir = runs_dir / row.train_key
-    settings = {"demos": args.demos, "steps": args.steps,
+    settings = {"demos": args.demos, "steps": args.steps, "batch_size": args.batch_size,
                 **({"dagger_rounds": row.dagger_rounds, "dagger_episodes": args.dagger_episodes,
                     "dagger_steps": args.dagger_steps} if row.dagger_rounds else {}), "eval_episodes": args.eval_episodes, "tasks": list(args.task),
                 "record": list(row.record), "train": list(row.train), "eval": list(row.eval_flags)}
@@ -171,7 +171,8 @@ def run_row(row: Row, args, site: str) -> dict:
     if not (run_dir / "model").is_dir():
         runs_dir.mkdir(parents=True, exist_ok=True)
         train_s = _run([*vla, "train", *sum((["--dataset", d] for d in datasets), []), "--out", str(run_dir),
-                        "--steps", str(args.steps), "--aug-views", "1", "--threads", str(args.threads),
+                        "--steps", str(args.steps), "--batch-size", str(args.batch_size), "--aug-views", "1",
+                        "--threads", str(args.threads),
                         "--save-every", str(max(1, args.steps // 3)), *row.train], runs_dir / f"{row.train_key}.train.log")
     for r in range(1, row.dagger_rounds + 1):
         prev, run_dir = run_dir, runs_dir / row.round_key(r)
@@ -253,7 +254,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--row", action="append", choices=sorted(ROWS), help=f"rows to run (default all: {', '.join(ROWS)})")
     ap.add_argument("--task", action="append", help=f"tasks (default {', '.join(TASKS)})")
     ap.add_argument("--demos", type=int, default=60, help="scripted demos per task (default 60)")
-    ap.add_argument("--steps", type=int, default=3000, help="vla train steps (default 3000)")
+    ap.add_argument("--steps", type=int, default=3000, help="vla train steps (default 3000; a row may set its own)")
+    ap.add_argument("--batch-size", type=int, default=256,
+                    help="vla train batch size (default 256, what rounds 1-7 used; a row may set its own)")
     ap.add_argument("--dagger-episodes", type=int, default=40, help="DAgger rows: policy-driven episodes per task "
                     "and round (default 40)")
     ap.add_argument("--dagger-steps", type=int, default=1500, help="DAgger rows: fine-tuning steps per round "

@@ -172,7 +172,9 @@ def test_no_error_no_stop_until_the_end(kinematic_site):
         client.reset(1)
         stats = run_edge(client, lambda obs, noise=None: np.zeros((4, 7), np.float32), INSTR,
                          EdgeConfig(hz=20, seconds=1), exec_steps=2, on_tick=lambda k, row: active.append(not arm.safe))
-    assert all(active) and len(active) >= 10 and stats["chunks"] == pytest.approx(len(active) / 2, abs=1)
+    # every due tick of the second is executed or skipped (a loaded machine skips some), never lost
+    assert all(active) and len(active) >= 2 and stats["ticks"] + stats["skipped_ticks"] == 20
+    assert stats["chunks"] == pytest.approx(len(active) / 2, abs=1)
     assert arm.safe  # stopped at the end
 
 
