@@ -70,7 +70,8 @@ def plot(episodes: list[dict], path: pathlib.Path, title: str) -> None:
     import matplotlib.pyplot as plt
 
     fig, ax = plt.subplots(figsize=(7, 3.5))
-    bins = np.linspace(0, 0.06, 25) * 100
+    offsets = [e["first_close_dxy_m"] for e in episodes if e["first_close_dxy_m"] is not None]
+    bins = np.arange(0.0, max([6.0] + [100 * x + 0.5 for x in offsets]), 0.25)
     for ok, colour, label in ((True, "tab:green", "succeeded"), (False, "tab:red", "failed")):
         x = [100 * e["first_close_dxy_m"] for e in episodes if e["success"] == ok and e["first_close_dxy_m"] is not None]
         ax.hist(x, bins=bins, alpha=0.6, color=colour, label=f"{label} ({len(x)})")
