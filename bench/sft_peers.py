@@ -292,15 +292,34 @@ def run_peer(peer: str, args, site: str) -> dict:
 
 
 def compare(rows: list[dict], vla_report: pathlib.Path, row_name: str) -> dict:
-    """The compact VLA's row of bench/vla_sft.py's report, and peer - VLA per task."""
-    rep = json.loads(vla_report.read_text())
-    rows_by_name = {r["row"]: r for r in rep["rows"]}
-    if row_name not in rows_by_name:
-        raise ValueError(f"--compare {row_name!r}: {vla_report} has rows {sorted(rows_by_name)}")
-    ref = rows_by_name[row_name]
+    """The compact VLA's reference: a row of bench/vla_sft.py's report (``ROW``) or a ``vla eval``
+    report (``PATH/eval.json`` or its directory), and peer - VLA per task."""
+    as_path = pathlib.Path(row_name)
+    if as_path.is_dir():
+        as_path = as_path / "eval.json"
+    if as_path.suffix == ".json" or as_path.is_file():
+        if not as_path.is_file():
+            raise ValueError(f"--compare {row_name!r}: no vla eval report there")
+        rep = json.loads(as_path.read_text())
+        if "tasks" not in rep:
+            raise ValueError(f"--compare {row_name!r}: not a vla eval report (no 'tasks')")
+        ref = {"row": _portable(str(as_path.parent.parent)), "wall_s": {"train": None},
+               "tasks": {t: {"successes": int(v["successes"]), "episodes": int(v["episodes"]),
+                             "rate": int(v["successes"]) / int(v["episodes"]), "ci95": list(v["ci95"])}
+                         for t, v in rep["tasks"].items()},
+               "eval": {k: rep.get(k) for k in ("exec_steps", "temporal_ensemble", "seed_start")}}
+        report = _portable(str(as_path))
+    else:
+        rep = json.loads(vla_report.read_text())
+        rows_by_name = {r["row"]: r for r in rep["rows"]}
+        if row_name not in rows_by_name:
+            raise ValueError(f"--compare {row_name!r}: {vla_report} has rows {sorted(rows_by_name)}, "
+                             "and it is not a vla eval report")
+        ref, report = rows_by_name[row_name], vla_report.name
     delta = {r["peer"]: {t: round(v["rate"] - ref["tasks"][t]["rate"], 3) for t, v in r["tasks"].items()
                          if t in ref["tasks"]} for r in rows}
-    return {"row": row_name, "report": vla_report.name, "train_wall_s": ref["wall_s"]["train"],
+    return {"row": ref["row"], "report": report, "train_wall_s": ref["wall_s"]["train"],
+            "eval": ref.get("eval"),
             "tasks": {t: ref["tasks"][t] for t in rows[0]["tasks"] if t in ref["tasks"]},
             "peer_minus_vla": delta}
 
@@ -361,7 +380,9 @@ def main(argv: list[str] | None = None) -> int:
                     help="vla eval --exec-steps (default: the peer's n_action_steps, as LeRobot rolls it out)")
     ap.add_argument("--lerobot-arg", action="append", default=[], metavar="ARG",
                     help="extra lerobot-train argument, e.g. --lerobot-arg=--policy.n_obs_steps=1 (repeat)")
-    ap.add_argument("--compare", metavar="ROW", help="add this row of OUT/vla_sft.json (the compact VLA) for comparison")
+    ap.add_argument("--compare", metavar="ROW|EVAL",
+                    help="the compact VLA for comparison: a row of OUT/vla_sft.json, or a vla eval report "
+                         "(RUN/eval-.../eval.json or its directory)")
     ap.add_argument("--threads", type=int, default=2, help="torch threads for vla eval")
     ap.add_argument("--port", type=int, default=6700, help="first port of the bench's own sim bridge")
     ap.add_argument("--data-dir", default="data/sft")
