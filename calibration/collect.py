@@ -37,9 +37,12 @@ class View:
 
 
 def view_poses(T_start: np.ndarray, pivot: np.ndarray, n: int, max_angle_deg: float = 20.0,
-               distance_scale: tuple[float, float] = (1.0, 1.0), seed: int = 0) -> list[np.ndarray]:
+               distance_scale: tuple[float, float] = (1.0, 1.0), shift_deg: float = 0.0,
+               seed: int = 0) -> list[np.ndarray]:
     """``n`` gripper poses [4, 4] around ``pivot`` (base frame). The first is the start pose scaled
-    to the middle distance. See the module docstring."""
+    to the middle distance. ``shift_deg``: then turn each pose (but the first) about the TCP by up
+    to this angle, so that the board lands in different parts of the image (intrinsics need the
+    corners of the image covered; hand-eye does not). See the module docstring."""
     if n < 1:
         raise ValueError(f"the number of poses must be >= 1, got {n}")
     if not 0 < max_angle_deg <= 60:
@@ -69,8 +72,13 @@ def view_poses(T_start: np.ndarray, pivot: np.ndarray, n: int, max_angle_deg: fl
             axis /= np.linalg.norm(axis)
             angle = np.radians(max_angle_deg) * (0.4 + 0.6 * ((i * 0.618034) % 1.0))
             R, s = G.rotvec_to_mat(axis * angle), rng.uniform(lo, hi)
+        if i > 0 and shift_deg > 0:  # about an axis across the viewing direction, through the TCP
+            psi = rng.uniform(0, 2 * np.pi)
+            R_shift = G.rotvec_to_mat((np.cos(psi) * x + np.sin(psi) * y) * np.radians(shift_deg) * rng.uniform(0.5, 1))
+        else:
+            R_shift = np.eye(3)
         T = np.eye(4)
-        T[:3, :3] = R @ T_start[:3, :3]
+        T[:3, :3] = R_shift @ R @ T_start[:3, :3]
         T[:3, 3] = pivot + R @ (arm * s)
         poses.append(T)
     return poses

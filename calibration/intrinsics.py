@@ -117,14 +117,15 @@ def _colour(i: int) -> tuple[int, int, int]:
 
 
 def coverage_image(result: IntrinsicsResult, path: str | None = None) -> np.ndarray:
-    """A picture of where the board's corners were seen (one colour per view, its outline and its
-    reprojection error), the coverage grid, and the summary. BGR uint8; written to ``path`` (PNG)."""
+    """A picture of where the board's corners were seen (one colour per view, with its outline),
+    the coverage grid (cells that saw a corner are green), the reprojection error of each view as
+    bars below, and the summary above. BGR uint8; written to ``path`` (PNG) when given."""
     w, h = result.image_size
-    scale = 640.0 / max(w, h) if max(w, h) > 640 else 1.0
+    scale = 640.0 / max(w, h) if max(w, h) != 640 else 1.0
     W, H = int(round(w * scale)), int(round(h * scale))
-    top = 44
-    canvas = np.full((H + top, W, 3), 24, np.uint8)
-    img = canvas[top:]
+    top, bottom = 44, 70
+    canvas = np.full((top + H + bottom, W, 3), 24, np.uint8)
+    img = canvas[top:top + H]
     gx, gy = COVERAGE_GRID
     hit = np.zeros((gy, gx), bool)
     for d in result.detections:
@@ -135,24 +136,28 @@ def coverage_image(result: IntrinsicsResult, path: str | None = None) -> np.ndar
             x0, y0 = int(i * W / gx), int(j * H / gy)
             x1, y1 = int((i + 1) * W / gx), int((j + 1) * H / gy)
             if hit[j, i]:
-                img[y0:y1, x0:x1] = (40, 56, 40)
+                img[y0:y1, x0:x1] = (40, 60, 40)
             cv2.rectangle(img, (x0, y0), (x1 - 1, y1 - 1), (70, 70, 70), 1)
     for k, d in enumerate(result.detections):
         col = _colour(k)
         pts = (d.image_points * scale).astype(np.float32)
-        hull = cv2.convexHull(pts).astype(np.int32)
-        cv2.polylines(img, [hull], True, col, 1, cv2.LINE_AA)
+        cv2.polylines(img, [cv2.convexHull(pts).astype(np.int32)], True, col, 1, cv2.LINE_AA)
         for x, y in pts:
             cv2.circle(img, (int(round(x)), int(round(y))), 2, col, -1, cv2.LINE_AA)
-        if k < len(result.per_view_rms_px):
-            c = pts.mean(axis=0)
-            cv2.putText(img, f"{k}:{result.per_view_rms_px[k]:.2f}", (int(c[0]) - 14, int(c[1])),
-                        cv2.FONT_HERSHEY_SIMPLEX, 0.35, col, 1, cv2.LINE_AA)
+    # per-view reprojection error: one bar per view, in the view's colour, scaled to the worst
+    errs = np.asarray(result.per_view_rms_px, np.float64)
+    base_y, bar_h = top + H + bottom - 16, bottom - 30
+    worst = max(float(errs.max()) if errs.size else 0.0, 1e-9)
+    bw = max(2, min(24, (W - 20) // max(1, len(errs))))
+    for k, e in enumerate(errs):
+        x0 = 10 + k * bw
+        cv2.rectangle(canvas, (x0, base_y - int(round(bar_h * e / worst))), (x0 + bw - 3, base_y), _colour(k), -1)
+    cv2.putText(canvas, f"reprojection error per view (px), worst {worst:.3f}", (10, top + H + 14),
+                cv2.FONT_HERSHEY_SIMPLEX, 0.42, (200, 200, 200), 1, cv2.LINE_AA)
     K = result.K
     lines = [f"{result.views} views, rms {result.rms_px:.3f} px, coverage {result.coverage * 100:.0f}% "
-             f"({gx}x{gy} grid), image {w}x{h}",
-             f"fx {K[0, 0]:.1f} fy {K[1, 1]:.1f} cx {K[0, 2]:.1f} cy {K[1, 2]:.1f}  "
-             f"(view:rms px at each view's centre)"]
+             f"of a {gx}x{gy} grid, image {w}x{h}",
+             f"fx {K[0, 0]:.1f}  fy {K[1, 1]:.1f}  cx {K[0, 2]:.1f}  cy {K[1, 2]:.1f}"]
     for i, text in enumerate(lines):
         cv2.putText(canvas, text, (6, 17 + 19 * i), cv2.FONT_HERSHEY_SIMPLEX, 0.45, (230, 230, 230), 1, cv2.LINE_AA)
     if path:
