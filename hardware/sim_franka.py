@@ -166,7 +166,7 @@ BOARD_BODY = "calibration_board"
 # calibration: the arm shows the board to a fixed camera).
 _BOARD_DEFAULTS = {
     "table": {"board": {}, "center": [0.45, -0.265, 0.06]},
-    "hand": {"board": {"squares_x": 5, "squares_y": 4, "square_m": 0.04, "marker_m": 0.03},
+    "hand": {"board": {"squares_x": 6, "squares_y": 5, "square_m": 0.045, "marker_m": 0.034},
              "center": [0.0, 0.12, 0.05]},
 }
 _BOARD_KEYS = {"mount", "center", "squares_x", "squares_y", "square_m", "marker_m", "dictionary"}

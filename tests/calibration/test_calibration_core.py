@@ -334,3 +334,58 @@ def test_cli_board_defaults_match_the_board_spec():
     from vla.commands.calibrate import BOARD_DEFAULTS
 
     assert BOARD_DEFAULTS == BoardSpec().to_dict()
+
+
+def test_cli_intrinsics_from_a_person_moving_the_board_then_offline(tmp_path, capsys):
+    """No arm: a camera (here one that plays synthetic views of the board) is captured over the
+    bridge and a view is kept whenever the board shows from a new angle; `--from` re-solves the
+    saved images offline."""
+    from hardware.base import Camera, CameraFrame
+    from robot_io.server import CameraService, DeviceServer
+    from tests.net import free_ports
+    from vla.cli import main
+
+    tilts = [(0, 0), (30, 0), (-30, 0), (0, 30), (0, -30), (25, 25), (-25, -25), (25, -25)]
+    views = [render_board(board_facing(0.65 + 0.03 * k, tilt_deg=t, shift=(0.02 * (k % 3) - 0.02, 0.0)))
+             for k, t in enumerate(tilts)]
+
+    class BoardPlayer(Camera):  # the same view twice, then the next: the duplicates must be skipped
+        def __init__(self):
+            super().__init__("cam", 640, 480, 30.0)
+            self.i = 0
+
+        def _connect(self):
+            self.i = 0
+
+        def _disconnect(self):
+            pass
+
+        def read(self, timeout_s: float = 1.0) -> CameraFrame:
+            rgb = views[(self.i // 2) % len(views)]
+            self.i += 1
+            return CameraFrame(rgb=rgb, t_mono_ns=0, index=self.i)
+
+    (port,) = free_ports(1)
+    srv = DeviceServer(CameraService("cam", BoardPlayer(), stream=False), f"tcp://127.0.0.1:{port}")
+    srv.start()
+    site = tmp_path / "site.yaml"
+    site.write_text(yaml.safe_dump({"name": "manual", "devices": {"cam": {
+        "driver": "opencv_camera", "command": f"tcp://127.0.0.1:{port}", "streaming": False,
+        "calibration": "calib/cam.yaml"}}}))
+    try:
+        assert main(["calibrate", "intrinsics", "--robot", str(site), "--camera", "cam", "--poses", "7",
+                     "--interval", "0", "--timeout", "20", "--save-views", str(tmp_path / "views")]) == 0
+    finally:
+        srv.stop()
+    out = capsys.readouterr().out
+    assert "view 7/7" in out and "view 8/7" not in out
+    cal = load_calibration(str(tmp_path / "calib" / "cam.yaml"))
+    assert abs(cal.intrinsics.fx / K_TRUE[0, 0] - 1) < 0.01 and cal.intrinsics.views == 7
+    assert (tmp_path / "calib" / "cam_coverage.png").exists()
+    assert len([f for f in os.listdir(tmp_path / "views") if f.endswith(".png")]) == 7
+    # offline, from the saved images, into another file; a missing --out is a clear error
+    assert main(["calibrate", "intrinsics", "--from", str(tmp_path / "views"), "--out",
+                 str(tmp_path / "again.yaml"), "--device", "cam"]) == 0
+    assert abs(load_calibration(str(tmp_path / "again.yaml")).intrinsics.fx - cal.intrinsics.fx) < 1e-6
+    assert main(["calibrate", "intrinsics", "--from", str(tmp_path / "views")]) == 2
+    assert "pass --out FILE" in capsys.readouterr().err

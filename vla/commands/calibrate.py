@@ -311,9 +311,8 @@ def _manual_views(args, site, spec, board) -> list:
     from vla.commands._bridge import running_bridge
 
     det = BoardDetector(board)
-    kept, kept_pts = [], []
-    log_path = _bridge_log(site)
-    with running_bridge(site, log_path, start=args.serve):
+    kept, kept_sig = [], []
+    with running_bridge(site, _bridge_log(site), start=args.serve):
         with DeviceClient(_connectable(spec.command), spec.name, 30.0, site.security) as cam:
             print(f"move the board in front of {spec.name!r}: tilt it, bring it near and far, visit the corners of "
                   f"the image ({args.poses} views, one every {args.interval:g} s at most)", flush=True)
@@ -323,12 +322,10 @@ def _manual_views(args, site, spec, board) -> list:
                 img = np.asarray(cam.request("capture").arrays["rgb"])
                 d = det.detect(img)
                 if d is not None:
-                    diag = float(np.hypot(*img.shape[:2]))
-                    pts = dict(zip(d.ids.tolist(), d.image_points))
-                    new = all(_moved(pts, old) > 0.05 * diag for old in kept_pts)
-                    if new:
+                    sig = _view_signature(d, img.shape[1], img.shape[0])
+                    if all(_differs(sig, old) for old in kept_sig):
                         kept.append(img)
-                        kept_pts.append(pts)
+                        kept_sig.append(sig)
                         print(f"  view {len(kept)}/{args.poses}: {len(d)} corners", flush=True)
                 time.sleep(max(0.0, args.interval - (time.monotonic() - t0)))
     if len(kept) < args.poses:
@@ -336,14 +333,28 @@ def _manual_views(args, site, spec, board) -> list:
     return kept
 
 
-def _moved(a: dict, b: dict) -> float:
-    """Mean displacement (px) of the corners two detections share (inf when they share few)."""
+def _view_signature(det, width: int, height: int):
+    """Where a view puts the board: its rough pose (PnP with a guessed K: focal length = image width)
+    and the centre of its corners in the image."""
+    import cv2
     import numpy as np
 
-    common = set(a) & set(b)
-    if len(common) < 4:
-        return float("inf")
-    return float(np.mean([np.linalg.norm(a[k] - b[k]) for k in common]))
+    K0 = np.array([[width, 0, width / 2], [0, width, height / 2], [0, 0, 1]], np.float64)
+    ok, rvec, tvec = cv2.solvePnP(det.object_points.astype(np.float64), det.image_points.astype(np.float64), K0,
+                                  np.zeros(5))
+    R = cv2.Rodrigues(rvec)[0] if ok else np.eye(3)
+    return R, tvec.reshape(3), det.image_points.mean(axis=0), float(np.hypot(width, height))
+
+
+def _differs(a, b, min_deg: float = 8.0) -> bool:
+    """A new view: tilted by ``min_deg`` more, or 10 % nearer / farther, or moved a tenth of the image."""
+    import numpy as np
+
+    from calibration.geometry import angle_deg
+
+    (Ra, ta, ca, diag), (Rb, tb, cb, _) = a, b
+    return (angle_deg(Ra.T @ Rb) > min_deg or abs(np.linalg.norm(ta) - np.linalg.norm(tb)) > 0.1 * np.linalg.norm(tb)
+            or float(np.linalg.norm(ca - cb)) > 0.1 * diag)
 
 
 # --------------------------------------------------------------------------------------------
