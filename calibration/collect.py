@@ -84,14 +84,14 @@ def view_poses(T_start: np.ndarray, pivot: np.ndarray, n: int, max_angle_deg: fl
     return poses
 
 
-def _state(robot) -> dict[str, np.ndarray]:
+def arm_state(robot) -> dict[str, np.ndarray]:
     """The arm's newest state arrays (a capture in sync mode, the stream otherwise)."""
     if robot.sync:
         return dict(robot.arm.request("capture").arrays)
     return dict(robot.readers[robot.arm_name].latest(robot.timeout_s, newer_than_ns=time.monotonic_ns()).arrays)
 
 
-def _pose_of(state: dict[str, np.ndarray]) -> np.ndarray:
+def pose_of(state: dict[str, np.ndarray]) -> np.ndarray:
     return G.pose(np.asarray(state["ee_pos"], np.float64), np.asarray(state["ee_quat"], np.float64))
 
 
@@ -109,13 +109,13 @@ def move_to(robot, T_target: np.ndarray, tol_m: float = 0.001, tol_deg: float = 
     each command advances one control period; on a streaming robot commands go at ``rate_hz``.
     ``gripper``: the opening to hold (default: as measured at the start)."""
     period = 1.0 / rate_hz
-    state = _state(robot)
+    state = arm_state(robot)
     grip = float(state["gripper"][0]) if gripper is None else float(gripper)
-    T_prev, t_prev = _pose_of(state), time.monotonic()
+    T_prev, t_prev = pose_of(state), time.monotonic()
     dt = robot.description.get("control_dt", period) if robot.sync else period
     T, reached = T_prev, False
     for k in range(max_commands + 30):
-        T = _pose_of(state)
+        T = pose_of(state)
         dpos = T_target[:3, 3] - T[:3, 3]
         drot = G.mat_to_rotvec(T_target[:3, :3] @ T[:3, :3].T)  # world-frame rotation, as ee_delta takes it
         reached = bool(np.linalg.norm(dpos) < tol_m and np.degrees(np.linalg.norm(drot)) < tol_deg)
@@ -130,8 +130,8 @@ def move_to(robot, T_target: np.ndarray, tol_m: float = 0.001, tol_deg: float = 
         robot.ee_delta(np.array([*dpos, *drot, grip], np.float32))
         if not robot.sync:
             time.sleep(max(0.0, period - (time.monotonic() - t_prev)))
-        state = _state(robot)
-    return _pose_of(state), reached
+        state = arm_state(robot)
+    return pose_of(state), reached
 
 
 def move_joints(robot, q: np.ndarray, tol_rad: float = 0.005, max_commands: int = 100, rate_hz: float = 10.0) -> bool:
@@ -139,7 +139,7 @@ def move_joints(robot, q: np.ndarray, tol_rad: float = 0.005, max_commands: int 
     largest joint step). Returns whether every joint is within ``tol_rad``."""
     q = np.asarray(q, np.float64)
     for _ in range(max_commands):
-        state = _state(robot)
+        state = arm_state(robot)
         err = q - np.asarray(state["q"], np.float64)
         if np.max(np.abs(err)) < tol_rad and np.max(np.abs(state["dq"])) < 0.05:
             return True
@@ -155,7 +155,7 @@ def collect(robot, camera: str, poses: Sequence[np.ndarray], tol_m: float = 0.00
     """Visit every pose, and at each take the camera's image and the measured gripper pose. After
     a pose that was not reached the arm goes back to its starting joints first (a local IK that
     ran into a joint limit or a singularity would otherwise stay stuck there)."""
-    q_start = np.asarray(_state(robot)["q"], np.float64)
+    q_start = np.asarray(arm_state(robot)["q"], np.float64)
     views: list[View] = []
     stuck = False
     for i, T_target in enumerate(poses):
@@ -169,7 +169,7 @@ def collect(robot, camera: str, poses: Sequence[np.ndarray], tol_m: float = 0.00
                         "using the pose the arm stopped at", i, err_m * 1e3, err_deg)
         t_still = time.monotonic_ns()
         obs = robot.observe(newer_than_ns=t_still)  # a frame and a state taken after the arm stopped
-        T_meas = _pose_of({"ee_pos": obs["state"][:3], "ee_quat": obs["state"][3:7]})
+        T_meas = pose_of({"ee_pos": obs["state"][:3], "ee_quat": obs["state"][3:7]})
         if G.pose_error(T_meas, T)[0] > 0.002:
             log.warning("pose %d: the arm was still moving when the image was taken", i)
         view = View(image=np.asarray(obs["images"][camera]), T_base_gripper=T_meas, reached=reached,

@@ -22,9 +22,14 @@ A site is a YAML file (or a named preset shipped in ``robot_io/sites/``)::
         command: tcp://127.0.0.1:5552
         stream: tcp://127.0.0.1:5553
         params: {sim: "@arm", camera: front, width: 224, height: 224, fps: 30}
-        calibration: calib/front_intrinsics.yaml
+        calibration: calib/front.yaml   # written by `vla calibrate`
 
 Relative paths are relative to the site file. Errors name the file and the bad field.
+
+Calibration files (``calibration/io.py``): validated when the site loads if they exist (a
+missing one is what `vla calibrate` writes; the device is then served uncalibrated, with a
+warning); :func:`build_servers` loads a camera's intrinsics into it and every device's
+``describe()`` shows its file's sections under ``calibration``.
 """
 
 from __future__ import annotations

@@ -236,9 +236,9 @@ def _drive(args, site, camera: str, shift_deg: float = 0.0):
     with running_bridge(site, log_path, start=args.serve):
         robot = RobotClient(site, cameras=[camera], timeout_s=30.0)
         try:
-            state = C._state(robot)
+            state = C.arm_state(robot)
             q_start = np.asarray(state["q"], np.float64)
-            T_start = C._pose_of(state)
+            T_start = C.pose_of(state)
             pivot = _pivot(args, robot.description, T_start)
             distance = args.distance or ((0.55, 0.75) if robot.description.get("calibration_board") else (0.85, 1.1))
             poses = C.view_poses(T_start, pivot, args.poses, args.max_angle, tuple(distance), shift_deg=shift_deg)
@@ -452,6 +452,9 @@ def run_hand_eye(args) -> int:
           f"rotation vector = ({rpy[0]:.2f}, {rpy[1]:.2f}, {rpy[2]:.2f}) deg")
     print(f"consistency residual {res.residual_mm:.2f} mm / {res.residual_deg:.3f} deg (spread of the board pose "
           "implied by each view)")
+    if res.residual_mm > 10 or res.residual_deg > 1:
+        print("the residual is large: check --mode (is the camera on the gripper or fixed?), the camera's "
+              "intrinsics, the board's measured square size, and that the arm was still in every view")
     save_section(out, res.section(), device=args.device or args.camera)
     print(f"wrote {out} (hand_eye)")
     return 0
