@@ -177,6 +177,35 @@ class Camera(Device):
             raise ValueError(f"camera {name!r}: fps must be positive, got {fps}")
         self.width, self.height, self.fps, self.has_depth = int(width), int(height), float(fps), bool(depth)
         self._next_t = time.monotonic()
+        self._K: np.ndarray | None = None
+        self._dist: np.ndarray | None = None
+
+    # -- calibration ----------------------------------------------------------------------------
+    def set_intrinsics(self, K, dist, image_size: tuple[int, int]) -> None:
+        """Load this camera's calibration (``vla calibrate intrinsics``; the bridge does it from the
+        site's ``calibration`` file): ``K`` [3, 3], OpenCV distortion ``dist`` [4..14], made at
+        ``image_size`` (width, height), which must be the size this camera delivers."""
+        K = np.asarray(K, np.float64)
+        dist = np.asarray(dist, np.float64).reshape(-1)
+        if K.shape != (3, 3) or not np.all(np.isfinite(K)) or not (K[0, 0] > 0 and K[1, 1] > 0):
+            raise ValueError(f"camera {self.name!r}: K must be a finite 3x3 matrix with fx, fy > 0")
+        if dist.size not in (4, 5, 8, 12, 14) or not np.all(np.isfinite(dist)):
+            raise ValueError(f"camera {self.name!r}: dist must hold 4, 5, 8, 12 or 14 finite numbers, got {dist.size}")
+        w, h = (int(v) for v in image_size)
+        if (w, h) != (self.width, self.height):
+            raise ValueError(f"camera {self.name!r}: the calibration was made at {w}x{h} but the camera delivers "
+                             f"{self.width}x{self.height}; calibrate it at this size (`vla calibrate intrinsics`)")
+        self._K, self._dist = K, dist
+
+    @property
+    def K(self) -> np.ndarray | None:
+        """The calibrated pinhole matrix [3, 3], or None before ``set_intrinsics``."""
+        return None if self._K is None else self._K.copy()
+
+    @property
+    def dist(self) -> np.ndarray | None:
+        """The calibrated OpenCV distortion coefficients, or None before ``set_intrinsics``."""
+        return None if self._dist is None else self._dist.copy()
 
     def _restart_pacing(self) -> None:
         """The next ``_pace()`` returns at once (call on connect / restart of playback)."""
@@ -200,5 +229,8 @@ class Camera(Device):
         """Block until the next frame (paced at ``fps``) and return it; raise DeviceError on timeout."""
 
     def describe(self) -> dict[str, Any]:
-        return {**super().describe(), "width": self.width, "height": self.height, "fps": self.fps,
-                "depth": self.has_depth}
+        d = {**super().describe(), "width": self.width, "height": self.height, "fps": self.fps,
+             "depth": self.has_depth}
+        if self._K is not None:
+            d["intrinsics"] = {"K": self._K.tolist(), "dist": self._dist.tolist()}
+        return d

@@ -25,6 +25,11 @@ size       RGB          RGB + depth
 640x480    28-40 ms     43-62 ms
 =========  ===========  ===================
 
+Ground truth for calibration: :meth:`SimCamera.ideal_K` is the pinhole matrix of the rendered
+image (square pixels, principal point at the image centre, no distortion; ``fy = (h / 2) /
+tan(fovy / 2)``), and :func:`camera_pose_cv` is a camera's pose in the world with OpenCV's axes
+(MuJoCo's camera looks along -z with y up; OpenCV's looks along +z with y down).
+
 Depth is a second render pass (``mujoco.Renderer`` renders depth separately), so ask for it only
 where it is used. (Not measured on a GPU, where EGL uses the vendor driver and should be far faster.)
 """
@@ -46,6 +51,29 @@ from hardware.base import Camera, CameraFrame, DeviceError  # noqa: E402
 log = logging.getLogger(__name__)
 _ORPHANED_RENDERERS: list = []
 _OFF_FLAGS = ("mjRND_SHADOW", "mjRND_REFLECTION", "mjRND_SKYBOX", "mjRND_FOG", "mjRND_HAZE")
+MJ_TO_CV = np.diag([1.0, -1.0, -1.0])  # camera axes: MuJoCo (x right, y up, looks along -z) -> OpenCV
+
+
+def ideal_intrinsics(model: mujoco.MjModel, camera: str, width: int, height: int) -> np.ndarray:
+    """[3, 3] pinhole matrix of ``camera`` rendered at ``width`` x ``height`` (OpenCV pixel convention:
+    pixel centres at integer coordinates, so the image centre is ((w - 1) / 2, (h - 1) / 2))."""
+    cam = mujoco.mj_name2id(model, mujoco.mjtObj.mjOBJ_CAMERA, camera)
+    if cam < 0:
+        raise ValueError(f"the model has no camera {camera!r}")
+    f = (height / 2.0) / np.tan(np.radians(model.cam_fovy[cam]) / 2.0)
+    return np.array([[f, 0.0, (width - 1) / 2.0], [0.0, f, (height - 1) / 2.0], [0.0, 0.0, 1.0]])
+
+
+def camera_pose_cv(model: mujoco.MjModel, data: mujoco.MjData, camera: str) -> np.ndarray:
+    """[4, 4] pose of ``camera`` in the world with OpenCV's camera axes (x right, y down, looking
+    along +z): ``x_world = T @ x_cam``. Needs ``data`` after ``mj_kinematics`` + ``mj_camlight``."""
+    cam = mujoco.mj_name2id(model, mujoco.mjtObj.mjOBJ_CAMERA, camera)
+    if cam < 0:
+        raise ValueError(f"the model has no camera {camera!r}")
+    T = np.eye(4)
+    T[:3, :3] = data.cam_xmat[cam].reshape(3, 3) @ MJ_TO_CV
+    T[:3, 3] = data.cam_xpos[cam]
+    return T
 
 
 class SimCamera(Camera):
@@ -95,6 +123,10 @@ class SimCamera(Camera):
 
     def describe(self):
         return {**super().describe(), "camera": self.camera, "sim": True}
+
+    def ideal_K(self) -> np.ndarray:
+        """The exact pinhole matrix of this camera's frames (ground truth for calibration tests)."""
+        return ideal_intrinsics(self.sim.model, self.camera, self.width, self.height)
 
     # -- frames -------------------------------------------------------------------------------
     def read(self, timeout_s: float = 1.0) -> CameraFrame:

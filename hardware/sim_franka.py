@@ -15,6 +15,15 @@ scene is built with ``mujoco.MjSpec`` on top of the Menagerie ``scene.xml``:
   end-effector frame of :class:`~hardware.base.ArmState` and of ``command_ee_pose``.
   Positions are in the robot base frame, which is the world frame here.
 
+Calibration board (``calibration_board=`` param, off by default; see :func:`board_config`): a
+printed ChArUco board (``calibration.board.BoardSpec``) as a textured quad whose texture puts the
+printed image's top-left corner at the board frame origin, so the board's pose is known exactly.
+``"table"``: face up on a stand 6 cm above the table, where the wrist camera looks from the home
+pose (eye-in-hand calibration, and intrinsics of the wrist camera); ``set_board_pose`` moves it
+(intrinsics of the fixed front camera). ``"hand"``: fixed to the hand, facing the front camera
+(eye-to-hand). ``board_pose()`` is the ground truth; ``describe()["calibration_board"]`` tells
+``vla calibrate`` which board to look for and where it is.
+
 Control. The arm has position actuators (a PD per joint) and gravity compensation on every
 link (the real Franka compensates gravity in its firmware), so a joint target is tracked with
 no steady-state sag. Commands only set targets; a controller running at ``ik_hz`` (default
@@ -147,8 +156,91 @@ def _quat_err(target: np.ndarray, current: np.ndarray) -> np.ndarray:
     return v
 
 
-def build_model(physics_hz: float = 500.0) -> mujoco.MjModel:
-    """Compile the Panda + table + objects + cameras scene."""
+BOARD_MOUNTS = ("table", "hand")
+BOARD_BODY = "calibration_board"
+# Where the printed ChArUco board sits. "table": face up on a stand 6 cm above the table (above
+# the objects, so that they never hide it), centred where the wrist camera looks from the home
+# pose; a freejoint body with gravity compensation and no collision, so it stays where it is
+# put (``set_board_pose`` moves it, ``reset`` puts it back). "hand": screwed to the side of the
+# hand that faces the front camera at home, clear of the hand and the open fingers (eye-to-hand
+# calibration: the arm shows the board to a fixed camera).
+_BOARD_DEFAULTS = {
+    "table": {"board": {}, "center": [0.45, -0.265, 0.06]},
+    "hand": {"board": {"squares_x": 6, "squares_y": 5, "square_m": 0.045, "marker_m": 0.034},
+             "center": [0.0, 0.12, 0.05]},
+}
+_BOARD_KEYS = {"mount", "center", "squares_x", "squares_y", "square_m", "marker_m", "dictionary"}
+
+
+def board_config(value: Any) -> dict | None:
+    """The site param ``calibration_board`` -> ``{mount, board: BoardSpec, pos, quat}`` or None.
+
+    ``value``: None / false (no board), ``"table"`` or ``"hand"`` (the default board of that mount),
+    or a mapping with ``mount`` and any of ``center`` ([3] m: the board centre, world frame on the
+    table, hand frame on the hand) and the ``calibration.board.BoardSpec`` fields. ``pos`` / ``quat``
+    (wxyz) are the pose of the board frame (OpenCV's: origin at the printed image's top-left
+    corner, z into the board) in the world (table) or hand (hand) frame."""
+    if value is None or value is False:
+        return None
+    if isinstance(value, str):
+        value = {"mount": value}
+    if not isinstance(value, dict):
+        raise ValueError(f"calibration_board must be 'table', 'hand' or a mapping, got {value!r}")
+    bad = set(value) - _BOARD_KEYS
+    if bad:
+        raise ValueError(f"calibration_board: unknown field {sorted(bad)[0]!r}; known: {', '.join(sorted(_BOARD_KEYS))}")
+    mount = value.get("mount", "table")
+    if mount not in BOARD_MOUNTS:
+        raise ValueError(f"calibration_board.mount must be one of {list(BOARD_MOUNTS)}, got {mount!r}")
+    from calibration.board import BoardSpec  # numpy + OpenCV only; imported when a board is asked for
+
+    defaults = _BOARD_DEFAULTS[mount]
+    board = BoardSpec(**{**defaults["board"], **{k: v for k, v in value.items() if k not in ("mount", "center")}})
+    center = np.asarray(value.get("center", defaults["center"]), np.float64).reshape(-1)
+    if center.shape != (3,) or not np.all(np.isfinite(center)):
+        raise ValueError(f"calibration_board.center must be [x, y, z] in metres, got {value.get('center')!r}")
+    if mount == "table":  # face up: board x = world x, board y = world -y, board z = world -z
+        rot = np.diag([1.0, -1.0, -1.0])
+    else:  # facing hand +y (the front camera at home): board x = hand x, y = hand z, z = hand -y
+        rot = np.array([[1.0, 0.0, 0.0], [0.0, 0.0, -1.0], [0.0, 1.0, 0.0]])
+    w, h = board.size_m
+    pos = center - rot @ np.array([w / 2, h / 2, 0.0])
+    quat = np.zeros(4)
+    mujoco.mju_mat2Quat(quat, rot.flatten())
+    return {"mount": mount, "board": board, "pos": pos, "quat": quat}
+
+
+def _add_board(spec: mujoco.MjSpec, cfg: dict) -> None:
+    """The board as a textured quad: a mesh whose texture coordinates put the printed image's
+    top-left corner at the board frame origin and its columns along +x, seen from -z."""
+    board = cfg["board"]
+    img = board.image(px_per_square=100)
+    h_px, w_px = img.shape
+    tex = spec.add_texture(name=f"{BOARD_BODY}_tex", type=mujoco.mjtTexture.mjTEXTURE_2D, width=w_px, height=h_px,
+                           nchannel=3)
+    tex.data = np.repeat(img[:, :, None], 3, axis=2).tobytes()
+    mat = spec.add_material(name=f"{BOARD_BODY}_mat")
+    mat.textures[mujoco.mjtTextureRole.mjTEXROLE_RGB] = f"{BOARD_BODY}_tex"
+    w, h = board.size_m
+    mesh = spec.add_mesh(name=f"{BOARD_BODY}_mesh")
+    mesh.uservert = [0, 0, 0, w, 0, 0, w, h, 0, 0, h, 0]
+    mesh.usertexcoord = [0, 0, 1, 0, 1, 1, 0, 1]
+    mesh.userface = [0, 2, 1, 0, 3, 2]  # wound so that the face is seen from the board's -z side
+    mesh.inertia = mujoco.mjtMeshInertia.mjMESH_INERTIA_SHELL
+    parent = spec.worldbody if cfg["mount"] == "table" else spec.body("hand")
+    body = parent.add_body(name=BOARD_BODY, pos=cfg["pos"], quat=cfg["quat"])
+    geom = dict(name=f"{BOARD_BODY}_geom", type=mujoco.mjtGeom.mjGEOM_MESH, meshname=f"{BOARD_BODY}_mesh",
+                material=f"{BOARD_BODY}_mat", contype=0, conaffinity=0)
+    if cfg["mount"] == "table":  # floats where it is put (like the target marker)
+        body.gravcomp = 1.0
+        body.add_freejoint(name=f"{BOARD_BODY}_joint")
+        body.add_geom(**geom, mass=0.1)
+    else:
+        body.add_geom(**geom, mass=0.0)
+
+
+def build_model(physics_hz: float = 500.0, board: dict | None = None) -> mujoco.MjModel:
+    """Compile the Panda + table + objects + cameras scene (+ a ChArUco board: ``board_config``)."""
     spec = mujoco.MjSpec.from_file(str(panda_model_dir() / "scene.xml"))
     spec.option.timestep = 1.0 / physics_hz
     # Renderer settings: no multisampling (fast software rendering), buffer big enough for 640x480.
@@ -205,6 +297,8 @@ def build_model(physics_hz: float = 500.0) -> mujoco.MjModel:
                     fovy=62.0)
     front_pos = [1.45, 0.0, 0.8]
     world.add_camera(name="front", pos=front_pos, quat=look_at_quat(front_pos, [0.42, 0.0, 0.12]), fovy=50.0)
+    if board is not None:  # added last: the qpos addresses of everything else do not move
+        _add_board(spec, board)
     return spec.compile()
 
 
@@ -213,8 +307,9 @@ class SimFranka(Arm):
 
     def __init__(self, name: str = "arm", realtime: bool = True, physics_hz: float = 500.0,
                  control_substeps: int = 50, ik_hz: float = 100.0, ik_iters: int = 3, seed: int = 0,
-                 settle_s: float = 0.2, max_lag_s: float = 0.1) -> None:
+                 settle_s: float = 0.2, max_lag_s: float = 0.1, calibration_board: Any = None) -> None:
         super().__init__(name)
+        self.board = board_config(calibration_board)
         ik_every = physics_hz / ik_hz if physics_hz > 0 and ik_hz > 0 else 0.0
         if abs(ik_every - round(ik_every)) > 1e-9 or round(ik_every) < 1:
             raise ValueError(f"physics_hz ({physics_hz}) must be a positive whole multiple of ik_hz ({ik_hz})")
@@ -228,7 +323,7 @@ class SimFranka(Arm):
         self._ik_every = int(round(ik_every))
         self._ik_dt = self._ik_every / self.physics_hz
 
-        self.model = build_model(self.physics_hz)
+        self.model = build_model(self.physics_hz, self.board)
         m = self.model
         self._data = mujoco.MjData(m)
         self._kin = mujoco.MjData(m)  # kinematics-only scratch data for IK and read_state
@@ -244,6 +339,7 @@ class SimFranka(Arm):
         self._obj_qadr = np.array([m.jnt_qposadr[m.body_jntadr[b]] for b in self._obj_body])
         self._obj_vadr = np.array([m.jnt_dofadr[m.body_jntadr[b]] for b in self._obj_body])
         self._grip_act = mujoco.mj_name2id(m, mujoco.mjtObj.mjOBJ_ACTUATOR, "actuator8")
+        self._board_body = mujoco.mj_name2id(m, mujoco.mjtObj.mjOBJ_BODY, BOARD_BODY) if self.board else -1
         self._jac = np.zeros((6, m.nv))  # rows: translational, rotational
         self._lam2_eye6 = 1e-3 * np.eye(6)
 
@@ -314,7 +410,17 @@ class SimFranka(Arm):
                 "tasks": sorted(TASKS),  # what reset(task=...) accepts; the bridge checks it before the driver
                 "ee_site": "tcp", "physics_hz": self.physics_hz, "control_dt": self.control_dt,
                 "realtime": self.realtime, "object_region": [list(r) for r in OBJECT_REGION],
-                "table_top_z": TABLE_TOP_Z}
+                "table_top_z": TABLE_TOP_Z,
+                **({"calibration_board": self.board_description()} if self.board else {})}
+
+    def board_description(self) -> dict[str, Any]:
+        """The printed board (``calibration.board.BoardSpec`` fields), its mount, and its default
+        pose (board frame in the world for ``table``, in the hand frame for ``hand``)."""
+        if not self.board:
+            raise DeviceError(f"SimFranka {self.name!r} has no calibration board: construct it with "
+                              "calibration_board='table' or 'hand'")
+        return {**self.board["board"].to_dict(), "mount": self.board["mount"],
+                "pos": [float(v) for v in self.board["pos"]], "quat": [float(v) for v in self.board["quat"]]}
 
     # -- commands -----------------------------------------------------------------------------
     def command_ee_pose(self, pos: np.ndarray, quat: np.ndarray, gripper: float | None = None) -> None:
@@ -419,6 +525,33 @@ class SimFranka(Arm):
             self._data.qpos[qadr + 3:qadr + 7] = q / np.linalg.norm(q)
             self._data.qvel[vadr:vadr + 6] = 0.0
             mujoco.mj_forward(self.model, self._data)
+
+    def set_board_pose(self, pos, quat) -> None:
+        """Teleport a table-mounted calibration board: ``pos`` [3] / ``quat`` [4] wxyz of the board
+        frame in the world (scene set-up, tests; ``reset`` puts it back)."""
+        self._require_connected()
+        if not self.board or self.board["mount"] != "table":
+            raise DeviceError(f"SimFranka {self.name!r}: set_board_pose needs calibration_board mounted on the table")
+        m = self.model
+        jnt = m.body_jntadr[self._board_body]
+        qadr, vadr = m.jnt_qposadr[jnt], m.jnt_dofadr[jnt]
+        q = np.asarray(quat, np.float64)
+        with self._lock:
+            self._data.qpos[qadr:qadr + 3] = np.asarray(pos, np.float64)
+            self._data.qpos[qadr + 3:qadr + 7] = q / np.linalg.norm(q)
+            self._data.qvel[vadr:vadr + 6] = 0.0
+            mujoco.mj_forward(m, self._data)
+
+    def board_pose(self) -> tuple[np.ndarray, np.ndarray]:
+        """The calibration board frame in the world now: ``(pos [3], quat [4] wxyz)`` (ground truth)."""
+        self._require_connected()
+        if not self.board:
+            raise DeviceError(f"SimFranka {self.name!r} has no calibration board")
+        with self._lock:
+            kd = self._kin
+            kd.qpos[:] = self._data.qpos
+            mujoco.mj_kinematics(self.model, kd)
+            return kd.xpos[self._board_body].copy(), kd.xquat[self._board_body].copy()
 
     def snapshot_qpos(self) -> tuple[np.ndarray, np.ndarray, float]:
         """Copies of ``(qpos, qvel, sim_time)`` taken under the lock (for renderers with their own MjData)."""

@@ -65,6 +65,7 @@ class Service:
 
     def __init__(self, name: str, device: Any) -> None:
         self.name, self.device = name, device
+        self.calibration: dict | None = None  # the device's calibration file, summarised (robot_io.site)
 
     def open(self) -> None:
         self.device.connect()
@@ -73,7 +74,10 @@ class Service:
         self.device.disconnect()
 
     def describe(self) -> dict:
-        return dict(self.device.describe())
+        d = dict(self.device.describe())
+        if self.calibration is not None:
+            d["calibration"] = self.calibration
+        return d
 
     def handle(self, msg: Message) -> tuple[dict[str, np.ndarray], dict]:
         """Apply a command; return (arrays, meta) of the reply."""

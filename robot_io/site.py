@@ -22,15 +22,21 @@ A site is a YAML file (or a named preset shipped in ``robot_io/sites/``)::
         command: tcp://127.0.0.1:5552
         stream: tcp://127.0.0.1:5553
         params: {sim: "@arm", camera: front, width: 224, height: 224, fps: 30}
-        calibration: calib/front_intrinsics.yaml
+        calibration: calib/front.yaml   # written by `vla calibrate`
 
 Relative paths are relative to the site file. Errors name the file and the bad field.
+
+Calibration files (``calibration/io.py``): validated when the site loads if they exist (a
+missing one is what `vla calibrate` writes; the device is then served uncalibrated, with a
+warning); :func:`build_servers` loads a camera's intrinsics into it and every device's
+``describe()`` shows its file's sections under ``calibration``.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import difflib
+import logging
 import os
 from importlib import resources
 from typing import Any, Callable
@@ -41,6 +47,7 @@ from robot_io.limits import ArmLimits
 from robot_io.security import CurveKeys
 
 PRESET_DIR = "sites"
+log = logging.getLogger(__name__)
 
 
 class SiteError(ValueError):
@@ -154,7 +161,16 @@ def parse_site(raw: Any, path: str = "<site>") -> SiteConfig:
             raise err(f"{where}.limits", str(e)) from None
         cal = d.get("calibration")
         if cal is not None:
+            if not isinstance(cal, str) or not cal:
+                raise err(f"{where}.calibration", f"must be the path of a calibration file, got {cal!r}")
             cal = os.path.normpath(os.path.join(base, cal))
+            if os.path.exists(cal):  # validated now; a missing one is written by `vla calibrate`
+                from calibration.io import CalibrationFileError, load_calibration  # numpy + yaml only
+
+                try:
+                    load_calibration(cal)
+                except CalibrationFileError as e:
+                    raise err(f"{where}.calibration", str(e)) from None
         roi = d.get("roi")
         if roi is not None:
             ok = isinstance(roi, (list, tuple)) and len(roi) == 4 and all(
@@ -188,6 +204,32 @@ def parse_site(raw: Any, path: str = "<site>") -> SiteConfig:
                       description=raw.get("description", ""))
 
 
+def load_device_calibration(site: SiteConfig, name: str, device: Any = None):
+    """The calibration file a site names for device ``name`` (``calibration.io.CalibrationFile``),
+    or None when it names none or the file does not exist yet (logged). With ``device``, a camera's
+    intrinsics are loaded into it (``Camera.set_intrinsics``)."""
+    spec = site.devices[name]
+    if spec.calibration is None:
+        return None
+    if not os.path.exists(spec.calibration):
+        log.warning("%s: devices.%s.calibration: %s does not exist yet; serving %r uncalibrated (write it with "
+                    "`vla calibrate`)", site.path, name, spec.calibration, name)
+        return None
+    from calibration.io import CalibrationFileError, load_calibration  # numpy + yaml only
+
+    try:
+        cal = load_calibration(spec.calibration)
+    except CalibrationFileError as e:
+        raise SiteError(f"{site.path}: devices.{name}.calibration: {e}") from None
+    if device is not None and cal.intrinsics is not None and hasattr(device, "set_intrinsics"):
+        i = cal.intrinsics
+        try:
+            device.set_intrinsics(i.K, i.dist, i.image_size)
+        except ValueError as e:
+            raise SiteError(f"{site.path}: devices.{name}.calibration: {e}") from None
+    return cal
+
+
 def build_servers(site: SiteConfig, load_driver: Callable[[str], type], insecure: bool = False,
                   only: list[str] | None = None):
     """Construct (not start) one DeviceServer per device. ``load_driver`` maps a driver name to a
@@ -207,6 +249,7 @@ def build_servers(site: SiteConfig, load_driver: Callable[[str], type], insecure
             raise SiteError(f"{site.path}: devices.{name}.params: {e}") from None
         built[name] = device
         kind = getattr(cls, "kind", "device")
+        cal = load_device_calibration(site, name, device)
         if kind == "arm":
             service = ArmService(name, device, ArmLimits.from_dict(spec.limits), state_hz=spec.state_hz)
         elif kind == "camera":
@@ -214,6 +257,8 @@ def build_servers(site: SiteConfig, load_driver: Callable[[str], type], insecure
         else:
             raise SiteError(f"{site.path}: devices.{name}.driver: {spec.driver!r} is a {kind!r}, "
                             "which the bridge cannot serve yet")
+        if cal is not None:
+            service.calibration = cal.summary()
         servers.append(DeviceServer(service, spec.command, spec.stream if spec.streaming else None,
                                     command_timeout_ms=spec.command_timeout_ms, keys=site.security,
                                     insecure=insecure, stream_hwm=spec.stream_hwm))

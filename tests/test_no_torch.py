@@ -1,5 +1,5 @@
 """robot_io and the runtime half of deploy must run on a Raspberry Pi without torch; hardware/
-never imports torch either.
+never imports torch either, and neither does calibration/ (the bridge reads calibration files on the Pi).
 
 Each check runs in a fresh interpreter in which importing torch (or transformers, lerobot, the
 vla / policies packages) raises ImportError, as on a machine where they are not installed. A
@@ -26,7 +26,7 @@ sys.meta_path.insert(0, Block())
 """
 
 
-TORCH_FREE = ("robot_io", "deploy.runtime", "hardware")
+TORCH_FREE = ("robot_io", "deploy.runtime", "hardware", "calibration")
 
 
 def _modules(pkg: str) -> list[str]:
