@@ -27,6 +27,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "eval": ("vla.commands.eval", "roll a VLA checkpoint out in the sim tasks: success rate per task, videos"),
     "reward": ("vla.commands.reward", "train / evaluate a success classifier on camera frames: the reward on real robots"),
     "export": ("vla.commands.export", "export a policy (compact VLA, + DSRL) or a success classifier to ONNX for the edge"),
+    "serve": ("vla.commands.serve", "serve a VLA (+ DSRL) on a GPU box to thin robot clients (`vla-client`)"),
 }
 
 EPILOG = """\
@@ -39,6 +40,7 @@ examples:
   vla dataset check --root data/pick         # every file readable, lerobot opens it
   vla replay --robot sim-franka --root data/pick --episode 0
   vla export policy --checkpoint runs/vla_pick --out deploy/pick.onnx   # ONNX for `vla-edge`
+  vla serve --checkpoint runs/vla_pick --bind tcp://127.0.0.1:5700      # chunks for `vla-client`
 
 Every device (robot arm, cameras, ...) sits behind one ZMQ bridge; simulators are the default,
 so all of this runs on a laptop. `vla SUBCOMMAND --help` explains each subcommand.
