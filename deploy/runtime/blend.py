@@ -114,18 +114,27 @@ class ChunkBlender:
         return out.astype(np.float32), tuple(c.id for c in live)
 
 
-def boundary_jumps(actions: np.ndarray, sources: list[tuple[int, ...]]) -> dict[str, dict[str, float | int | None]]:
-    """Per-tick action change ``|a_t - a_(t-1)|`` (L2 over the action), split into chunk-boundary
-    ticks (the set of chunks behind the action changed: one joined or left) and within-chunk ticks.
-    ``actions`` [T, A] as executed, ``sources[t]`` the chunk ids behind tick t (``ChunkBlender.action``);
-    ticks without an action are left out (a tick after a gap is not compared)."""
+def boundary_jumps(actions: np.ndarray, sources: list[tuple[int, ...]],
+                   dims: slice | None = None) -> dict[str, dict[str, float | int | None]]:
+    """Change between consecutive commands ``|a_t - a_(t-1)|`` (L2 over the action), split into
+    chunk-boundary commands (the set of chunks behind the action changed: one joined or left) and
+    within-chunk commands. ``actions`` [T, A] per tick, ``sources[t]`` the chunk ids behind tick t
+    (``ChunkBlender.action``); a tick without a command (skipped or starved: empty sources) is left
+    out, and the next command is compared with the last one sent -- the step the arm was given.
+    ``dims``: the action dimensions to measure (e.g. ``slice(0, 6)``: the arm's motion without the
+    gripper, whose open / close steps are meant to be steps)."""
     acts = np.asarray(actions, np.float64)
-    out = {"boundary": [], "within": []}
-    for t in range(1, len(acts)):
-        if not sources[t] or not sources[t - 1]:
+    if dims is not None:
+        acts = acts[:, dims]
+    out: dict[str, list[float]] = {"boundary": [], "within": []}
+    prev = None
+    for t in range(len(acts)):
+        if not sources[t]:
             continue
-        jump = float(np.linalg.norm(acts[t] - acts[t - 1]))
-        out["boundary" if sources[t] != sources[t - 1] else "within"].append(jump)
+        if prev is not None:
+            jump = float(np.linalg.norm(acts[t] - acts[prev]))
+            out["boundary" if sources[t] != sources[prev] else "within"].append(jump)
+        prev = t
 
     def summary(xs: list[float]) -> dict[str, float | int | None]:
         if not xs:

@@ -4,14 +4,15 @@ numpy, pyzmq and msgpack only (no torch): it runs on a Raspberry Pi next to the 
 One control tick every ``1 / hz`` seconds on an absolute schedule (tick k is due at
 ``t0 + k / hz``), as the edge runner does (``deploy.runtime.edge``)::
 
-    until tick k is due   read chunk replies as they arrive; a reply for the observation of tick s
-                          is blended in (row i meant for tick s + i; rows for ticks already gone are
-                          skipped); watch every call's deadline
-    queue short?          (fewer than ``refill`` rows left and nothing in flight) observe and send a
-                          ``policy_request`` for tick k -- asynchronously: the arm keeps executing
-                          the queue while the server computes
+    until tick k is due   read chunk replies as they arrive; a chunk asked for tick s is blended
+                          in (row i meant for tick s + i; rows for ticks already gone are skipped);
+                          watch every call's deadline
     send the blended row  (ee_delta); no row for this tick (the queue ran dry): the arm holds, the
                           tick is counted as ``starved``
+    queue short?          (``refill`` rows or fewer left after this tick, nothing in flight) observe
+                          (arm state newer than the command just sent) and send a ``policy_request``
+                          for tick k + 1 -- asynchronously: the arm keeps executing the queue while
+                          the server computes
 
 Blending (``ChunkBlender``: ``none | ensemble | crossfade``) decides what runs where an old and a
 new chunk overlap; see ``deploy.runtime.blend``.
@@ -238,7 +239,8 @@ class ClientStats(EdgeStats):
             return float(np.percentile(np.asarray(xs) * 1e3, q)) if xs else None
 
         s = super().summary()
-        rows = [r if r is not None else np.full(7, np.nan, np.float32) for r in self.rows]
+        rows = np.stack([r if r is not None else np.full(7, np.nan, np.float32) for r in self.rows]) if self.rows \
+            else np.zeros((0, 7), np.float32)
         s.update({
             "requests": self.requests, "replies": self.replies, "call_deadline_misses": self.call_misses,
             "pings": self.pings, "starved_ticks": self.starved,
@@ -247,7 +249,10 @@ class ClientStats(EdgeStats):
             "server_inference_ms": {"p50": pct(self.server_infer_s, 50), "p99": pct(self.server_infer_s, 99)},
             "overlap_rows": {"mean": float(np.mean(self.overlap)) if self.overlap else None,
                              "min": int(min(self.overlap)) if self.overlap else None},
-            "jump": boundary_jumps(np.stack(rows) if rows else np.zeros((0, 7)), list(self.sources)),
+            # change between consecutive commands, at chunk boundaries vs within chunks: the whole
+            # action, and the arm's motion alone (dpos, drot: the gripper's open / close is a step by design)
+            "jump": boundary_jumps(rows, list(self.sources)),
+            "jump_arm": boundary_jumps(rows, list(self.sources), slice(0, 6)),
         })
         return s
 
@@ -286,7 +291,8 @@ def run_client(robot, link: PolicyLink, instruction: str, cfg: ClientConfig = Cl
             raise PolicyRefused("bad_reply", f"chunk for tick {reply['tick']} answers the request of tick {entry['tick']}",
                                 "tick")
         stats.replies += 1
-        stats.request_s.append(time.monotonic() - entry["sent"])
+        if entry["tick"] > 0:  # the first chunk (before the clock starts) includes the server's warm-up
+            stats.request_s.append(time.monotonic() - entry["sent"])
         if reply.get("infer_ns") is not None:
             stats.server_infer_s.append(reply["infer_ns"] / 1e9)
         stats.overlap.append(blender.remaining(k))  # rows of the old plan left when the new one lands
@@ -340,10 +346,6 @@ def run_client(robot, link: PolicyLink, instruction: str, cfg: ClientConfig = Cl
         while k < n_ticks and not (stop_flag is not None and stop_flag()):
             due = t0 + k * period
             serve_until(due)
-            if inflight is None and blender.remaining(k) <= refill:
-                obs = robot.observe(instruction, newer_than_ns=t_sent_ns, cameras_newer_than_ns=0)
-                inflight = link.request_chunk(obs, k, cfg.deadline_s, cameras)
-                stats.requests += 1
             row, src = blender.action(k)
             if row is None:
                 stats.starved += 1  # the queue ran dry: send nothing, the arm holds its last target
@@ -352,6 +354,11 @@ def run_client(robot, link: PolicyLink, instruction: str, cfg: ClientConfig = Cl
                 reply = robot.ee_delta(row)
                 stats.clipped += bool(reply.get("clipped"))
             stats.tick(due, time.perf_counter())
+            if inflight is None and blender.remaining(k + 1) <= refill:
+                # the state after this tick's command: the new plan starts at the next tick
+                obs = robot.observe(instruction, newer_than_ns=t_sent_ns, cameras_newer_than_ns=0)
+                inflight = link.request_chunk(obs, k + 1, cfg.deadline_s, cameras)
+                stats.requests += 1
             stats.rows.append(row)
             stats.sources.append(src)
             if on_tick is not None:

@@ -147,11 +147,11 @@ def _run(args) -> int:
             stats = run_client(robot, link, instruction, cfg, horizon=desc.get("horizon"), cameras=desc.get("cameras"))
     stats.update(server=args.server, policy=desc.get("policy"), site=site.name, instruction=instruction,
                  python=sys.version.split()[0])
-    lat, req, jump = stats["latency_ms"], stats["request_ms"], stats["jump"]
+    lat, req, jump = stats["latency_ms"], stats["request_ms"], stats["jump_arm"]
     print(f"{stats['ticks']} ticks at {stats['achieved_hz'] or 0:.2f} Hz (target {args.hz:g}); deadline misses "
           f"{stats['deadline_misses']}, skipped {stats['skipped_ticks']}, starved {stats['starved_ticks']}; latency "
           f"p50 {lat['p50'] or 0:.1f} ms p99 {lat['p99'] or 0:.1f} ms; {stats['replies']} chunks, request p50 "
-          f"{req['p50'] or 0:.1f} ms p99 {req['p99'] or 0:.1f} ms; jump at chunk boundaries mean "
+          f"{req['p50'] or 0:.1f} ms p99 {req['p99'] or 0:.1f} ms; arm jump at chunk boundaries mean "
           f"{jump['boundary']['mean'] or 0:.4f} max {jump['boundary']['max'] or 0:.4f}, within chunks mean "
           f"{jump['within']['mean'] or 0:.4f}")
     if args.stats:

@@ -47,27 +47,42 @@ def test_round_trip_through_the_wire(offset_server):
     assert reply["infer_ns"] > 0 and reply["server_ns"] >= reply["infer_ns"]
 
 
-def test_round_trip_with_the_tiny_compact_vla(tmp_path):
-    """Any VLA behind vla.models' interface: the tiny compact VLA loaded as `vla serve` loads it."""
-    pytest.importorskip("torch")
+def test_round_trip_with_the_tiny_compact_vla_steered_by_dsrl(tmp_path):
+    """Any VLA behind vla.models' interface, loaded as `vla serve` loads it, plus the RL hook: a DSRL
+    agent's noise actor (its mean) chooses the sampler's noise, so the served chunk is exactly the
+    agent's deterministic chunk (an unsteered sampler draws random noise and would not match)."""
+    torch = pytest.importorskip("torch")
     from deploy.server import load_source
+    from policies.common.sac_config import SACConfig
+    from policies.dsrl import DSRLAgent, DSRLConfig
     from tests.conftest import save_tiny_vla
+    from vla.models import load_vla
 
-    source = load_source(save_tiny_vla(str(tmp_path / "vla"), extra={"instructions": ["pick up the red cube"]}),
-                         device="cpu")
+    ckpt = save_tiny_vla(str(tmp_path / "vla"), extra={"instructions": ["pick up the red cube"]})
+    agent = DSRLAgent(load_vla(ckpt), DSRLConfig(sac=SACConfig(hidden=(32, 32), num_critics=2)), seed=3)
+    with torch.no_grad():  # a trained-looking actor: its mean depends on the observation
+        agent.sac.actor.mean.weight.normal_(0, 0.3)
+    (tmp_path / "rl").mkdir()
+    torch.save(agent.state_dict(), tmp_path / "rl" / "agent.pt")
+    source = load_source(ckpt, rl_run=str(tmp_path / "rl"), device="cpu")
+    obs = _obs(("front", "wrist"), 64, state=np.linspace(-1, 1, 8).astype(np.float32))
+    obs["instruction"] = "pick up the red cube"
     with PolicyServer(source, "tcp://127.0.0.1:*") as srv, PolicyLink(srv.endpoint) as link:
         desc = link.describe(5.0)
         assert desc["cameras"] == ["front", "wrist"] and desc["instructions"] == ["pick up the red cube"]
-        obs = _obs(("front", "wrist"), 64)
-        obs["instruction"] = "pick up the red cube"
-        link.request_chunk(obs, tick=3, deadline_s=60.0)
-        got = []
-        while not got:
-            got = link.poll(1.0)
-    (reply, _), = got
+        assert desc["steered"] and "dsrl" in desc["policy"]
+        reply = link.call("policy_request", 120.0, {"state": obs["state"], **{f"image_{c}": v for c, v in
+                                                                              obs["images"].items()}},
+                          tick=3, instruction=obs["instruction"])
     chunk = reply.arrays["actions"]
-    assert reply.type == "chunk" and reply["tick"] == 3
-    assert chunk.shape == (desc["horizon"], 7) and np.isfinite(chunk).all() and np.abs(chunk).max() <= 0.02 + 1e-6
+    assert reply.type == "chunk" and reply["tick"] == 3 and chunk.shape == (desc["horizon"], 7)
+    loaded = source.noise.agent
+    batch = {"images": {c: v[None] for c, v in obs["images"].items()}, "state": obs["state"][None],
+             "instruction": [obs["instruction"]]}
+    with torch.no_grad():
+        feat = source.vla.embed(batch)
+        want = loaded.chunk(feat, loaded.act(feat, np.random.default_rng(0), warmup=False, deterministic=True))
+    np.testing.assert_allclose(chunk, want[0].numpy(), atol=1e-5)
 
 
 def _raw(sock, header: dict, arrays: dict | None = None) -> Message:
