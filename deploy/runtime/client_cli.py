@@ -139,7 +139,9 @@ def _run(args) -> int:
     with PolicyLink(args.server, keys, insecure=args.insecure) as link:
         desc = link.describe(max(args.first_deadline, args.deadline))
         instruction = check_description(desc, site, args.instruction)
-        with RobotClient(site, sync=None, timeout_s=args.timeout) as robot:
+        # observe only the cameras the policy reads (the server names them; all of the site's otherwise)
+        cams = desc.get("cameras")
+        with RobotClient(site, cameras=list(cams) if cams is not None else None, timeout_s=args.timeout) as robot:
             if args.reset is not None:
                 robot.reset(args.reset, timeout_s=120.0)  # a simulator settles its scene (slow on a busy CPU)
             print(f"vla-client: {desc.get('policy')} from {args.server} on {robot.site.name} at {args.hz:g} Hz, "
