@@ -64,6 +64,20 @@ class VLASource:
                 "state_dim": int(cfg.state_dim) if cfg is not None and hasattr(cfg, "state_dim") else None,
                 "steered": self.noise is not None, "instructions": self.instructions}
 
+    def warmup(self) -> float:
+        """One chunk for a blank observation (the declared cameras at 96 px, zero state, the first
+        training instruction): loads what loads lazily (the text encoder, CUDA kernels) before a
+        client's first call has a deadline on it. Returns its seconds; a VLA that does not declare
+        its cameras and state size is not warmed up (0)."""
+        d = self.describe()
+        if d["cameras"] is None or d["state_dim"] is None:
+            return 0.0
+        t0 = time.perf_counter()
+        self({"images": {c: np.zeros((96, 96, 3), np.uint8) for c in d["cameras"]},
+              "state": np.zeros(d["state_dim"], np.float32),
+              "instruction": self.instructions[0] if self.instructions else ""})
+        return time.perf_counter() - t0
+
     def __call__(self, obs: dict) -> np.ndarray:
         import torch
 

@@ -146,7 +146,8 @@ class PolicyLink:
         except zmq.Again:  # the send queue is full: the server is not reading; the deadline will say so
             log.debug("policy link: send queue full, %s not sent", mtype)
         now = time.monotonic()
-        self.pending[req_id] = {"type": mtype, "sent": now, "deadline": now + deadline_s, "tick": meta.get("tick")}
+        self.pending[req_id] = {"type": mtype, "sent": now, "deadline": now + deadline_s, "timeout": deadline_s,
+                                "tick": meta.get("tick")}
         return req_id
 
     def request_chunk(self, obs: dict, tick: int, deadline_s: float, cameras: list[str] | None = None) -> str:
@@ -310,11 +311,11 @@ def run_client(robot, link: PolicyLink, instruction: str, cfg: ClientConfig = Cl
                     inflight = None
                 left = blender.remaining(k)
                 log.warning("policy server: no reply to %s within %.3f s (%d in a row, %d rows queued)",
-                            entry["type"], cfg.deadline_s, misses, left)
+                            entry["type"], entry["timeout"], misses, left)
                 if left == 0 or misses >= cfg.max_misses:
-                    raise ServerGone(f"the policy server at {link.endpoint} missed {misses} deadline(s) of "
-                                     f"{cfg.deadline_s:.3f} s in a row with {left} row(s) queued: it is gone "
-                                     "(not running, unreachable, or CurveZMQ keys refused)")
+                    raise ServerGone(f"the policy server at {link.endpoint} did not answer {entry['type']!r} within "
+                                     f"its deadline of {entry['timeout']:.3f} s ({misses} miss(es) in a row, {left} "
+                                     "row(s) queued): it is gone (not running, unreachable, or CurveZMQ keys refused)")
             if not link.pending and now - link.last_contact >= ping_every:
                 link.send("ping", cfg.deadline_s)
                 stats.pings += 1

@@ -65,6 +65,7 @@ def test_round_trip_with_the_tiny_compact_vla_steered_by_dsrl(tmp_path):
     (tmp_path / "rl").mkdir()
     torch.save(agent.state_dict(), tmp_path / "rl" / "agent.pt")
     source = load_source(ckpt, rl_run=str(tmp_path / "rl"), device="cpu")
+    assert source.warmup() > 0  # what `vla serve` does before it binds
     obs = _obs(("front", "wrist"), 64, state=np.linspace(-1, 1, 8).astype(np.float32))
     obs["instruction"] = "pick up the red cube"
     with PolicyServer(source, "tcp://127.0.0.1:*") as srv, PolicyLink(srv.endpoint) as link:

@@ -56,6 +56,7 @@ def run(args) -> int:
     if args.seconds < 0:
         raise ValueError(f"--seconds must be >= 0, got {args.seconds}")
     source = load_source(args.checkpoint, args.rl_run, device=args.device, rl_sample=args.rl_sample)
+    print(f"vla serve: warm-up chunk {source.warmup():.1f} s", flush=True)  # not on a client's first deadline
     server = PolicyServer(source, args.bind, keys=keys_from_dir(args.keys), insecure=args.insecure)
     endpoint = server.bind()
     d = server.description
