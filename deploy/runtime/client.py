@@ -369,7 +369,7 @@ def run_client(robot, link: PolicyLink, instruction: str, cfg: ClientConfig = Cl
             if behind > 0:  # overran the next tick: skip the ticks already missed, keep the phase
                 skip = min(int(behind // period) + 1, n_ticks - k)
                 stats.skipped += skip
-                for _ in range(int(skip)):  # a skipped tick breaks the action sequence: not compared
+                for _ in range(int(skip)):  # no command: the next one is compared with the last one sent
                     stats.rows.append(None)
                     stats.sources.append(())
                 k += skip
