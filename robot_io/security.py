@@ -107,6 +107,19 @@ def secure_client_socket(sock: zmq.Socket, keys: CurveKeys | None) -> None:
     sock.curve_serverkey = server_public
 
 
+def keys_from_dir(keys_dir: str | None, client: str = "client") -> CurveKeys | None:
+    """The key set ``make_keys`` (``vla bridge keys --out DIR``) writes: a server uses
+    ``server.key_secret`` and ``authorized_clients/``, client ``NAME`` ``NAME.key_secret`` and
+    ``server.key``. None for no folder."""
+    if not keys_dir:
+        return None
+    if not os.path.isdir(keys_dir):
+        raise SecurityError(f"CurveZMQ key folder not found: {keys_dir!r} (make one with `vla bridge keys --out DIR`)")
+    j = lambda n: os.path.join(keys_dir, n)  # noqa: E731
+    return CurveKeys(server_secret=j("server.key_secret"), server_public=j("server.key"),
+                     client_secret=j(f"{client}.key_secret"), authorized_clients=j("authorized_clients"))
+
+
 def make_keys(out_dir: str, clients: tuple[str, ...] = ("client",)) -> dict[str, str]:
     """Write a server key pair and one key pair per client; returns the paths."""
     os.makedirs(out_dir, exist_ok=True)

@@ -61,6 +61,14 @@ _TYPES = [
                 "(the reply says `active`, `tripped` and whether the sender is the `owner`).", ("req_id",)),
     MessageType("release", "Owner: hand the device back now: it goes to its safe state without latching "
                 "(the next commanding client may take it without a reset).", ("req_id", "deadline_ns")),
+    # the policy server (deploy.server <- deploy.runtime.client): same framing, same ROUTER rules
+    MessageType("policy_request", "Policy server: one observation -> an action chunk. Arrays `state` float32 [S] "
+                "and `image_<camera>` uint8 [H,W,3] per camera the policy reads; `instruction` the prompt, "
+                "`tick` the client's control tick the observation was taken at (echoed in the chunk). "
+                "`deadline_ns` is on the client's clock: the client discards a late chunk, the server (another "
+                "machine's clock) does not compare it.", ("req_id", "deadline_ns", "tick", "instruction")),
+    MessageType("chunk", "Policy server's reply: `actions` float32 [H, A], row i meant for tick `tick` + i; "
+                "`infer_ns` the model's time, `server_ns` receipt to reply.", ("req_id", "tick")),
     # replies (ROUTER -> DEALER)
     MessageType("reply", "Success: the command actually applied (after clipping) and `clipped` "
                 "(names of clipped fields).", ("req_id",)),
@@ -86,6 +94,10 @@ HEADER_FIELD_TYPES: dict[str, tuple[type, ...]] = {
     "field": (str, _NONE),
     "seed": (int, _NONE),  # reset: nil = the simulator continues its generator
     "task": (str, _NONE),
+    "tick": (int,),  # policy_request / chunk: the client's control tick
+    "instruction": (str,),  # policy_request: the prompt
+    "infer_ns": (int,),  # chunk: the model's time
+    "server_ns": (int,),  # chunk: receipt to reply at the server
 }
 """Exact types of the bridge's type-specific header fields, checked by ``decode`` wherever the field
 appears (an int field refuses true/false and 1.0; nil only where listed)."""

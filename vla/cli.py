@@ -28,6 +28,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "reward": ("vla.commands.reward", "train / evaluate a success classifier on camera frames: the reward on real robots"),
     "export": ("vla.commands.export", "export a policy (compact VLA, + DSRL) or a success classifier to ONNX for the edge"),
     "calibrate": ("vla.commands.calibrate", "camera intrinsics, hand-eye and device latency, saved where the site names them"),
+    "serve": ("vla.commands.serve", "serve a VLA (+ DSRL) on a GPU box to thin robot clients (`vla-client`)"),
 }
 
 EPILOG = """\
@@ -41,6 +42,7 @@ examples:
   vla replay --robot sim-franka --root data/pick --episode 0
   vla export policy --checkpoint runs/vla_pick --out deploy/pick.onnx   # ONNX for `vla-edge`
   vla calibrate intrinsics --robot my_lab.yaml --camera front           # ChArUco views -> K, distortion
+  vla serve --checkpoint runs/vla_pick --bind tcp://127.0.0.1:5700      # chunks for `vla-client`
 
 Every device (robot arm, cameras, ...) sits behind one ZMQ bridge; simulators are the default,
 so all of this runs on a laptop. `vla SUBCOMMAND --help` explains each subcommand.

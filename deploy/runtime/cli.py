@@ -22,6 +22,9 @@ per control tick; the next chunk is computed when the queue runs out (--exec-ste
 default the policy's). At the end it prints achieved rate, deadline misses and latency
 percentiles (and writes them to --stats). On any error, and at the end, the arm is sent `stop`
 (its safe state: it holds); the bridge watchdog holds it too if this process dies.
+
+`python -m deploy.runtime client --help` (or `vla-client --help`): the thin client of a policy
+server (`vla serve`) instead of a local ONNX policy.
 """
 
 
