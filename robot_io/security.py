@@ -7,6 +7,7 @@ Keys are the standard ZeroMQ certificate files written by ``zmq.auth.create_cert
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import ipaddress
 import os
 import threading
@@ -85,13 +86,20 @@ def secure_server_socket(sock: zmq.Socket, endpoint: str, keys: CurveKeys | None
     if not keys.authorized_clients or not os.path.isdir(keys.authorized_clients):
         raise SecurityError(f"security.authorized_clients must be a folder of client public keys, "
                             f"got {keys.authorized_clients!r}")
+    # One ZAP handler per context; each server socket gets its own ZAP domain for its folder of
+    # authorised clients, so two servers in one process (one context) with different folders each
+    # admit their own clients (one domain "*" for all admitted only the first server's clients).
+    folder = os.path.abspath(keys.authorized_clients)
+    domain = "vla-" + hashlib.sha256(folder.encode()).hexdigest()[:16]
     ctx = sock.context
     with _auth_lock:
-        if id(ctx) not in _authenticators:
+        auth = _authenticators.get(id(ctx))
+        if auth is None:
             auth = ThreadAuthenticator(ctx)
             auth.start()
-            auth.configure_curve(domain="*", location=keys.authorized_clients)
             _authenticators[id(ctx)] = auth
+        auth.configure_curve(domain=domain, location=folder)
+    sock.zap_domain = domain.encode()
     sock.curve_secretkey = secret
     sock.curve_publickey = public
     sock.curve_server = True

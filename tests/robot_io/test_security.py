@@ -71,3 +71,29 @@ def test_client_without_keys_is_refused_client_with_keys_served(tmp_path):
         assert len(arm.motion_calls()) == 1
     finally:
         srv.stop()
+
+
+def test_two_servers_in_one_process_each_admit_their_own_clients(tmp_path):
+    """One ZAP handler serves every server socket of a context: each server's folder of authorised
+    clients must count for that server only (a second server once inherited the first one's)."""
+    servers, keysets = [], []
+    try:
+        for name in ("lab_a", "lab_b"):
+            k = make_keys(str(tmp_path / name), ("operator",))
+            srv = DeviceServer(ArmService("arm", KinematicArm()), f"tcp://0.0.0.0:{_free_port()}",
+                               keys=CurveKeys(server_secret=k["server_secret"], authorized_clients=k["authorized_clients"]))
+            srv.start()
+            servers.append(srv)
+            keysets.append(k)
+        for srv, k, other in zip(servers, keysets, reversed(keysets)):
+            ep = "tcp://127.0.0.1:" + srv.command_endpoint.rsplit(":", 1)[1]
+            good = CurveKeys(client_secret=k["operator_secret"], server_public=k["server_public"])
+            with DeviceClient(ep, "arm", 2.0, keys=good) as c:
+                c.ping()
+            stranger = CurveKeys(client_secret=other["operator_secret"], server_public=k["server_public"])
+            with DeviceClient(ep, "arm", 0.5, keys=stranger) as c:
+                with pytest.raises(BridgeTimeout):
+                    c.ping()
+    finally:
+        for srv in servers:
+            srv.stop()
