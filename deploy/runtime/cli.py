@@ -77,17 +77,24 @@ def check_site(policy, site) -> None:
         raise ValueError(f"the policy's action_dim is {a}; the arm takes 7 (dpos, drot, gripper)")
 
 
+def _sigterm(signum, frame):  # systemd stops a service with SIGTERM: stop the arm as Ctrl-C does
+    raise KeyboardInterrupt
+
+
+def start_up(verbose: int) -> None:
+    """What both robot-side entry points (vla-edge, vla-client) do first: log level from -v, and
+    SIGTERM handled as Ctrl-C so the arm is stopped."""
+    logging.basicConfig(level=max(logging.WARNING - 10 * verbose, logging.DEBUG),
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    signal.signal(signal.SIGTERM, _sigterm)
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    logging.basicConfig(level=max(logging.WARNING - 10 * args.verbose, logging.DEBUG),
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    start_up(args.verbose)
     from robot_io.client import BridgeError
     from robot_io.site import SiteError
 
-    def _sigterm(signum, frame):  # systemd stops the service with SIGTERM: stop the arm as Ctrl-C does
-        raise KeyboardInterrupt
-
-    signal.signal(signal.SIGTERM, _sigterm)
     try:
         return _run(args)
     except (ValueError, FileNotFoundError, SiteError, BridgeError) as e:

@@ -5,9 +5,7 @@ from __future__ import annotations
 
 import argparse
 import json
-import logging
 import os
-import signal
 import sys
 
 EXIT_SERVER_GONE = 3
@@ -76,17 +74,14 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    logging.basicConfig(level=max(logging.WARNING - 10 * args.verbose, logging.DEBUG),
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    from deploy.runtime.cli import start_up
+
+    start_up(args.verbose)
     from deploy.runtime.client import PolicyRefused, ServerGone
     from robot_io.client import BridgeError
     from robot_io.security import SecurityError
     from robot_io.site import SiteError
 
-    def _sigterm(signum, frame):  # systemd stops a service with SIGTERM: stop the arm as Ctrl-C does
-        raise KeyboardInterrupt
-
-    signal.signal(signal.SIGTERM, _sigterm)
     try:
         return _run(args)
     except ServerGone as e:
