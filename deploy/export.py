@@ -278,7 +278,10 @@ def export_vla(vla, out: str, instructions: list[str], agent=None, quantize: boo
 @torch.no_grad()
 def _reference_vla(vla, agent, cams, table, x: list[np.ndarray]) -> np.ndarray:
     """What torch computes for the inputs ``x`` through the model's public API (sample_actions /
-    the DSRL agent's act + chunk)."""
+    the DSRL agent's act + chunk). ``x``'s frames are what the graph reads: already cropped and
+    resized to image_size (by ``deploy.runtime.preprocess`` on the robot), so the model's own crop
+    is skipped here -- applying it again would crop the crop (``test_edge_policy_from_raw_frames``
+    checks the runtime's crop against the model's on raw frames)."""
     n = len(cams)
     images = {c: torch.from_numpy(x[i]) for i, c in enumerate(cams)}
     state, ids, noise = (torch.from_numpy(v) for v in x[n:])
@@ -286,6 +289,7 @@ def _reference_vla(vla, agent, cams, table, x: list[np.ndarray]) -> np.ndarray:
     emb = table[ids]
     text = vla.text
     vla.text = lambda _strings: emb  # the table's rows, as MiniLM gave them at export
+    vla.preprocess_images = lambda imgs: {c: imgs[c] for c in cams}  # instance attribute: shadows the method
     try:
         if agent is None:
             return vla.sample_actions(obs, noise=noise).numpy()
@@ -295,6 +299,7 @@ def _reference_vla(vla, agent, cams, table, x: list[np.ndarray]) -> np.ndarray:
         return agent.chunk(feat, w).numpy()
     finally:
         vla.text = text
+        del vla.preprocess_images
 
 
 def export_classifier(clf, out: str, quantize: bool = False, samples: int = 8, seed: int = 0,

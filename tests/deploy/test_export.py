@@ -26,12 +26,31 @@ def tiny_vla(**kw):
                            crops=(("front", 0.1, 0.1, 0.9, 0.9),), **kw)
     m = CompactVLA(cfg).eval()
     rng = np.random.default_rng(0)
-    m.set_normalization(rng.normal(size=8) * 0.1, 0.5 + rng.random(8), -0.02 - 0.1 * rng.random(7),
-                        0.02 + 0.1 * rng.random(7))
+    m.set_normalization(rng.normal(size=8) * 0.1, 0.5 + rng.random(8), -0.2 - rng.random(7), 0.2 + rng.random(7))
     with torch.no_grad():  # the FiLM layer starts at zero: give it weights, so the instruction matters
         for n in m.necks.values():
             n.film.weight.normal_(0, 0.05)
+    # A random-init trunk's features are ~1e-5 (the model is blind to the frames): a variance-keeping
+    # init makes the chunk depend on the pixels, so a crop / resize mismatch cannot pass parity.
+    for mod in m.trunk.modules():
+        if isinstance(mod, torch.nn.Conv2d):
+            torch.nn.init.kaiming_normal_(mod.weight, nonlinearity="relu")
+        elif isinstance(mod, torch.nn.BatchNorm2d):
+            torch.nn.init.ones_(mod.weight)
+            torch.nn.init.zeros_(mod.bias)
     return m
+
+
+def test_tiny_vla_sees_the_frames():
+    """The fixtures' model must react to its camera frames, or the parity checks below prove nothing
+    about image preprocessing."""
+    m = tiny_vla()
+    rng = np.random.default_rng(0)
+    o1, o2 = raw_obs(rng), raw_obs(rng)
+    batch = lambda o: {"images": {c: v[None] for c, v in o["images"].items()}, "state": o1["state"][None],  # noqa: E731
+                       "instruction": [INSTR[0]]}
+    noise = torch.zeros(1, 4, 7)
+    assert (m.sample_actions(batch(o1), noise=noise) - m.sample_actions(batch(o2), noise=noise)).abs().max() > 1e-3
 
 
 def raw_obs(rng, instruction=INSTR[0]) -> dict:
@@ -41,8 +60,9 @@ def raw_obs(rng, instruction=INSTR[0]) -> dict:
             "state": rng.normal(size=8).astype(np.float32), "instruction": instruction}
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def vla_export(tmp_path_factory):
+    """One fp32 + int8 export of the tiny VLA, shared with test_onnx_vla (an export takes ~20 s)."""
     vla = tiny_vla()
     out = str(tmp_path_factory.mktemp("export") / "policy.onnx")
     rep = ex.export_vla(vla, out, INSTR, quantize=True, source="/some/where/runs/vla_pick")
