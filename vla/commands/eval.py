@@ -24,6 +24,7 @@ examples:
   vla eval --checkpoint runs/vla_pick --task pick_red_cube --exec-steps 4   # re-plan every 4 ticks
   vla eval --checkpoint runs/vla_pick --task pick_red_cube --exec-steps 8   # whole chunks, as vla rl runs them
   vla eval --checkpoint runs/my_vla --env my_pkg.envs:make_env --max-ticks 200   # your own gymnasium env
+  vla eval --checkpoint deploy/pick.int8.onnx --task pick_red_cube --episodes 50   # an exported policy
 
 --env package.module:make_env: make_env() returns a gymnasium env whose observations are
 {"images": {camera: HxWx3 uint8}, "state": float32 [S], "instruction": str} and whose step info
@@ -31,7 +32,9 @@ carries "success"; no bridge is started. Its action space is one action [A] (ste
 or a whole chunk [H, A].
 
 CHECKPOINT is a checkpoint directory (config.json + model.safetensors: compact VLA, or a LeRobot
-pi0 / pi05 / SmolVLA policy directory) or a `vla train` run directory (its final model).
+pi0 / pi05 / SmolVLA policy directory), a `vla train` run directory (its final model), or an
+ONNX file written by `vla export policy` (run with onnxruntime as the edge runner runs it: check
+an int8 export's success rate before it goes to the robot; --threads sets onnxruntime's threads).
 """)
     p.add_argument("--checkpoint", required=True, help="checkpoint or run directory")
     p.add_argument("--task", action="append", dest="tasks", metavar="TASK",
@@ -57,7 +60,7 @@ pi0 / pi05 / SmolVLA policy directory) or a `vla train` run directory (its final
     p.add_argument("--videos", type=int, default=2, help="episodes per task saved as MP4 (default 2)")
     p.add_argument("--instruction", default=None, help="override every task's instruction (prompt experiments)")
     p.add_argument("--out", default=None, help="output directory (default CHECKPOINT_RUN/eval-<time>)")
-    p.add_argument("--threads", type=int, default=None, help="torch CPU threads")
+    p.add_argument("--threads", type=int, default=None, help="CPU threads (torch; onnxruntime for an .onnx file)")
     p.add_argument("--serve", choices=["auto", "always", "never"], default="auto",
                    help="start the sim bridge if it is not running (auto)")
     p.set_defaults(run=run)
@@ -92,11 +95,16 @@ def run(args) -> int:
         from vla.envs import load_env_factory
 
         make_env = load_env_factory(args.env)  # a wrong spec fails before the model loads
-    ckpt = resolve_checkpoint(args.checkpoint)
+    from vla.models.onnx_vla import is_onnx_file
+
+    onnx = is_onnx_file(args.checkpoint)
+    ckpt = args.checkpoint if onnx else resolve_checkpoint(args.checkpoint)
     model = load_vla(ckpt).eval()
     if args.env:
         return _run_env(args, model, ckpt, make_env)
     tasks = args.tasks
+    if not tasks and onnx:
+        raise ValueError(f"give --task: {ckpt} is an exported graph, which does not record its sim tasks")
     if not tasks:
         with open(os.path.join(ckpt, "config.json")) as f:
             tasks = json.load(f).get("sim_tasks")
@@ -120,6 +128,11 @@ def run(args) -> int:
 
 
 def _out_dir(args, ckpt: str) -> tuple[str, str]:
+    if os.path.isfile(ckpt):  # an exported .onnx: its results go beside it, named by it
+        run_root = os.path.dirname(os.path.abspath(ckpt))
+        out = args.out or os.path.join(run_root, f"eval-{os.path.basename(ckpt)[:-5]}-{dt.datetime.now():%Y%m%d-%H%M%S}")
+        os.makedirs(out, exist_ok=True)
+        return run_root, out
     run_root = os.path.dirname(os.path.dirname(ckpt)) if os.path.basename(os.path.dirname(ckpt)) == "checkpoints" \
         else os.path.dirname(ckpt)
     out = args.out or os.path.join(run_root, f"eval-{dt.datetime.now():%Y%m%d-%H%M%S}")

@@ -5,6 +5,8 @@
 the compact flow VLA writes ``{"kind": "compact-flow-vla"}``, LeRobot policies write
 ``{"type": "pi0" | "pi05" | "smolvla"}``, a router over LeRobot ACT / Diffusion Policy peers
 (evaluation-only baselines, ``vla.models.lerobot_peers``) writes ``{"kind": "lerobot-peer"}``.
+A ``.onnx`` file written by ``vla export policy`` loads as ``vla.models.onnx_vla.OnnxVLA`` (its
+sampler only, for ``vla eval``).
 """
 
 from __future__ import annotations
@@ -19,10 +21,15 @@ BACKBONES: dict[str, tuple[str, str]] = {
     "pi05": ("vla.models.lerobot_adapters", "LeRobotVLA"),
     "smolvla": ("vla.models.lerobot_adapters", "LeRobotVLA"),
     "lerobot-peer": ("vla.models.lerobot_peers", "LeRobotPeer"),
+    "onnx": ("vla.models.onnx_vla", "OnnxVLA"),
 }
 
 
 def checkpoint_kind(path: str) -> str:
+    if str(path).endswith(".onnx"):
+        if not os.path.isfile(path):
+            raise FileNotFoundError(f"{path}: no such ONNX file")
+        return "onnx"
     cfg = os.path.join(path, "config.json")
     if not os.path.isfile(cfg):
         raise FileNotFoundError(f"{path}: no config.json, not a VLA checkpoint directory")
@@ -35,7 +42,7 @@ def checkpoint_kind(path: str) -> str:
 
 
 def load_vla(path: str):
-    """Load any supported VLA checkpoint directory (eval mode, CPU)."""
+    """Load any supported VLA checkpoint directory, or an exported ``.onnx`` policy (eval mode, CPU)."""
     kind = checkpoint_kind(path)
     module, cls = BACKBONES[kind]
     klass = getattr(importlib.import_module(module), cls)
