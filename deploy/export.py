@@ -166,9 +166,19 @@ def _check_parity(name: str, ref: list[np.ndarray], out: list[np.ndarray], scale
 
 
 def _quantize(src: str, dst: str) -> None:
+    import logging
+
     from onnxruntime.quantization import QuantType, quantize_dynamic
 
-    quantize_dynamic(src, dst, weight_type=QuantType.QInt8)
+    # The quantiser logs a warning on the root logger for every tensor it leaves in float (shapes,
+    # the uint8 frames, paddings): hundreds of lines of library noise per export. Errors still show.
+    root = logging.getLogger()
+    level = root.level
+    root.setLevel(logging.ERROR)
+    try:
+        quantize_dynamic(src, dst, weight_type=QuantType.QInt8)
+    finally:
+        root.setLevel(level)
 
 
 def _finish(tmp: str, out: str, meta: dict[str, Any], feeds, ref, scale, name: str, quantize: bool) -> dict[str, Any]:
