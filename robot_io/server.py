@@ -59,9 +59,26 @@ class CommandRefused(Exception):
 # ------------------------------------------------------------------------------------------
 
 
+SERVER_TYPES = frozenset({"ping", "describe", "heartbeat", "stop", "release"})
+"""Commands the DeviceServer answers itself for every kind of device; a service's ``accepts``
+lists the others, which it applies in :meth:`Service.handle`."""
+
+
 class Service:
+    """Adapts one kind of device to the wire. A subclass names its ``kind`` (the key in
+    :data:`SERVICES`), the wire command types it applies (``accepts``, all in
+    ``robot_io.wire.MESSAGE_TYPES``; the server refuses the others with code ``unsupported``
+    before the device is touched) and which of them make the device active (``motion_types``)."""
+
     kind = "device"
+    accepts: frozenset[str] = frozenset()  # command types handle() applies (besides SERVER_TYPES)
     motion_types: frozenset[str] = frozenset()  # commands that make the device active (watchdog armed)
+
+    @classmethod
+    def from_spec(cls, name: str, device: Any, spec: Any) -> "Service":
+        """The service for ``device`` as a site file describes it (``spec``: a
+        ``robot_io.site.DeviceSpec``)."""
+        return cls(name, device)
 
     def __init__(self, name: str, device: Any) -> None:
         self.name, self.device = name, device
@@ -98,7 +115,12 @@ class ArmService(Service):
     """An ``Arm`` behind the bridge: ee_delta / joint_position / reset / stop / capture."""
 
     kind = "arm"
+    accepts = frozenset({"ee_delta", "joint_position", "reset", "capture"})
     motion_types = frozenset({"ee_delta", "joint_position"})
+
+    @classmethod
+    def from_spec(cls, name: str, device: Any, spec: Any) -> "ArmService":
+        return cls(name, device, L.ArmLimits.from_dict(spec.limits), state_hz=spec.state_hz)
 
     def __init__(self, name: str, device: Any, limits: L.ArmLimits | None = None, state_hz: float = 100.0) -> None:
         super().__init__(name, device)
@@ -218,7 +240,12 @@ class CameraService(Service):
     """
 
     kind = "camera"
+    accepts = frozenset({"capture"})
     max_consecutive_failures = 30
+
+    @classmethod
+    def from_spec(cls, name: str, device: Any, spec: Any) -> "CameraService":
+        return cls(name, device, stream=spec.streaming)
 
     def __init__(self, name: str, device: Any, stream: bool = True) -> None:
         super().__init__(name, device)
@@ -279,6 +306,15 @@ class CameraService(Service):
             yield m
 
 
+SERVICES: dict[str, type[Service]] = {
+    "arm": ArmService,
+    "camera": CameraService,
+}
+"""Device kind (a driver's ``kind``) -> the service that serves it; ``robot_io.site.build_servers``
+looks drivers up here. A new kind (screen, legged) is a Service subclass, its command types in
+``robot_io.wire`` and one line here."""
+
+
 # ------------------------------------------------------------------------------------------
 # The server
 # ------------------------------------------------------------------------------------------
@@ -292,6 +328,10 @@ class DeviceServer:
                  stream_hwm: int = 100, context: zmq.Context | None = None) -> None:
         if command_timeout_ms <= 0:
             raise ValueError(f"command_timeout_ms must be positive, got {command_timeout_ms}")
+        unknown = sorted(service.accepts - COMMAND_TYPES)
+        if unknown:
+            raise ValueError(f"{type(service).__name__} accepts {unknown[0]!r}, which is not a command type of the "
+                             f"wire schema (robot_io.wire.MESSAGE_TYPES)")
         self.service = service
         self.name = service.name
         self._cmd_ep, self._stream_ep = command_endpoint, stream_endpoint
@@ -441,6 +481,10 @@ class DeviceServer:
                 self.active, self.tripped, self.owner = False, True, None
                 reply = Message("reply", self.name, arrays, meta)
             else:
+                if mtype not in self.service.accepts | SERVER_TYPES:
+                    raise CommandRefused("unsupported", f"{self.service.kind} {self.name!r} does not accept {mtype!r} "
+                                         f"commands; it accepts {', '.join(sorted(self.service.accepts | SERVER_TYPES))}",
+                                         "type")
                 motion = mtype in self.service.motion_types
                 if motion and self.tripped:
                     raise CommandRefused("safe_state", f"{self.name!r} is in its safe state (watchdog or stop); "
