@@ -5,7 +5,8 @@ when a site asks for them, so importing ``hardware`` has no side effects and pul
 vendor library.
 """
 
-from hardware.base import Arm, ArmState, Camera, CameraFrame, Device, DeviceError, JointLimits, NotConnectedError
+from hardware.base import (Arm, ArmState, Camera, CameraFrame, Device, DeviceError, JointLimits, KeyAck, KeyPresser,
+                           NotConnectedError)
 
 REGISTRY: dict[str, str] = {
     "sim_franka": "hardware.sim_franka:SimFranka",
@@ -15,6 +16,8 @@ REGISTRY: dict[str, str] = {
     "opencv_camera": "hardware.opencv_camera:OpenCVCamera",
     "realsense_camera": "hardware.realsense_camera:RealSenseCamera",
     "franka": "hardware.franka_franky:FrankyArm",
+    "serial_keypresser": "hardware.serial_keypresser:SerialKeyPresser",
+    "emulated_keypresser": "hardware.emulated_keypresser:EmulatedKeyPresser",
 }
 
 
@@ -37,5 +40,5 @@ def load_driver(name: str) -> type[Device]:
     return load_registered(REGISTRY, name, "driver")
 
 
-__all__ = ["Arm", "ArmState", "Camera", "CameraFrame", "Device", "DeviceError", "JointLimits",
-           "NotConnectedError", "REGISTRY", "load_driver", "load_registered"]
+__all__ = ["Arm", "ArmState", "Camera", "CameraFrame", "Device", "DeviceError", "JointLimits", "KeyAck",
+           "KeyPresser", "NotConnectedError", "REGISTRY", "load_driver", "load_registered"]

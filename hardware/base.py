@@ -234,3 +234,56 @@ class Camera(Device):
         if self._K is not None:
             d["intrinsics"] = {"K": self._K.tolist(), "dist": self._dist.tolist()}
         return d
+
+
+# --------------------------------------------------------------------------------------------
+# KeyPresser (the keyboard rig's microcontroller)
+# --------------------------------------------------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True)
+class KeyAck:
+    """The microcontroller's answer to one command."""
+
+    seq: int  # the command's sequence number
+    mcu_t_us: int  # the microcontroller's clock (microseconds, wrapping at 2**32) when it applied the command
+    rtt_ns: int  # host send -> ack received, time.monotonic_ns() clock
+    held: int  # how many keys the microcontroller holds afterwards
+
+
+class KeyPresser(Device):
+    """A keyboard that software presses: a microcontroller that is a USB keyboard to another host.
+
+    Keys are named (``key_names``: "A", "SPACE", "LEFT_ARROW", ...). Each command returns the
+    microcontroller's :class:`KeyAck`. ``release_all()`` is the safe state: it must be fast and
+    must not raise on a healthy device; the microcontroller also releases every key by itself
+    when the host's heartbeats stop.
+    """
+
+    kind = "keyboard"
+    key_names: tuple[str, ...] = ()
+    max_keys: int = 6  # keys held at once (a HID boot keyboard reports 6)
+
+    @abc.abstractmethod
+    def press(self, keys) -> KeyAck:
+        """Press and hold ``keys`` (a name or a list of names) until released."""
+
+    @abc.abstractmethod
+    def release(self, keys) -> KeyAck:
+        """Release ``keys``."""
+
+    @abc.abstractmethod
+    def tap(self, keys, hold_ms: int = 30) -> KeyAck:
+        """Press ``keys`` and release them ``hold_ms`` later (timed by the microcontroller)."""
+
+    @abc.abstractmethod
+    def release_all(self) -> KeyAck:
+        """Release every key (the safe state)."""
+
+    @property
+    @abc.abstractmethod
+    def pressed(self) -> frozenset[str]:
+        """The keys held by ``press`` and not released, as acknowledged by the microcontroller."""
+
+    def describe(self) -> dict[str, Any]:
+        return {**super().describe(), "keys": list(self.key_names), "max_keys": self.max_keys}

@@ -22,8 +22,9 @@ A :class:`DeviceServer` puts one device behind the bridge. It owns two threads:
   ``stop`` (the software e-stop) is obeyed from anyone.
 * the stream thread publishes the device's samples (arm states, camera frames) on PUB.
 
-Services adapt a ``hardware`` device to the wire. They duck-type the device (robot_io never
-imports hardware), so any object with the ``hardware.base.Arm`` / ``Camera`` methods works.
+Services adapt a ``hardware`` device to the wire, one per device kind (:data:`SERVICES`). They
+duck-type the device (robot_io never imports hardware), so any object with the
+``hardware.base.Arm`` / ``Camera`` / ``KeyPresser`` methods works.
 """
 
 from __future__ import annotations
@@ -59,9 +60,26 @@ class CommandRefused(Exception):
 # ------------------------------------------------------------------------------------------
 
 
+SERVER_TYPES = frozenset({"ping", "describe", "heartbeat", "stop", "release"})
+"""Commands the DeviceServer answers itself for every kind of device; a service's ``accepts``
+lists the others, which it applies in :meth:`Service.handle`."""
+
+
 class Service:
+    """Adapts one kind of device to the wire. A subclass names its ``kind`` (the key in
+    :data:`SERVICES`), the wire command types it applies (``accepts``, all in
+    ``robot_io.wire.MESSAGE_TYPES``; the server refuses the others with code ``unsupported``
+    before the device is touched) and which of them make the device active (``motion_types``)."""
+
     kind = "device"
+    accepts: frozenset[str] = frozenset()  # command types handle() applies (besides SERVER_TYPES)
     motion_types: frozenset[str] = frozenset()  # commands that make the device active (watchdog armed)
+
+    @classmethod
+    def from_spec(cls, name: str, device: Any, spec: Any) -> "Service":
+        """The service for ``device`` as a site file describes it (``spec``: a
+        ``robot_io.site.DeviceSpec``)."""
+        return cls(name, device)
 
     def __init__(self, name: str, device: Any) -> None:
         self.name, self.device = name, device
@@ -98,7 +116,12 @@ class ArmService(Service):
     """An ``Arm`` behind the bridge: ee_delta / joint_position / reset / stop / capture."""
 
     kind = "arm"
+    accepts = frozenset({"ee_delta", "joint_position", "reset", "capture"})
     motion_types = frozenset({"ee_delta", "joint_position"})
+
+    @classmethod
+    def from_spec(cls, name: str, device: Any, spec: Any) -> "ArmService":
+        return cls(name, device, L.ArmLimits.from_dict(spec.limits), state_hz=spec.state_hz)
 
     def __init__(self, name: str, device: Any, limits: L.ArmLimits | None = None, state_hz: float = 100.0) -> None:
         super().__init__(name, device)
@@ -218,7 +241,12 @@ class CameraService(Service):
     """
 
     kind = "camera"
+    accepts = frozenset({"capture"})
     max_consecutive_failures = 30
+
+    @classmethod
+    def from_spec(cls, name: str, device: Any, spec: Any) -> "CameraService":
+        return cls(name, device, stream=spec.streaming)
 
     def __init__(self, name: str, device: Any, stream: bool = True) -> None:
         super().__init__(name, device)
@@ -279,6 +307,74 @@ class CameraService(Service):
             yield m
 
 
+class KeyboardService(Service):
+    """A ``KeyPresser`` (the keyboard rig's microcontroller) behind the bridge: key_press /
+    key_release / key_tap / key_release_all, reset (releases every key and re-arms after a safe
+    stop) and capture (the held keys). Header field ``keys`` lists key names from the device's
+    ``key_names``; every name (and a tap's ``hold_ms``) is checked before the device is touched.
+    A reply carries the microcontroller's ack: its clock ``mcu_t_us``, the serial round trip
+    ``ack_rtt_ns``, the keys it holds (``held``) and the ``pressed`` names. The safe state
+    releases every key."""
+
+    kind = "keyboard"
+    accepts = frozenset({"key_press", "key_release", "key_tap", "key_release_all", "reset", "capture"})
+    motion_types = frozenset({"key_press", "key_tap"})
+    max_hold_ms = 0xFFFF
+
+    def _keys(self, msg: Message) -> list[str]:
+        keys = msg["keys"]  # a list (checked by wire.decode)
+        known = self.device.key_names
+        max_keys = getattr(self.device, "max_keys", 6)
+        if not 1 <= len(keys) <= max_keys:
+            raise CommandRefused("bad_field", f"{msg.type} needs 1..{max_keys} keys, got {len(keys)}", "keys")
+        for k in keys:
+            if type(k) is not str or k not in known:
+                close = difflib.get_close_matches(k, known, n=1) if type(k) is str else []
+                hint = f" Did you mean {close[0]!r}?" if close else ""
+                raise CommandRefused("unknown_key", f"keyboard {self.name!r} has no key {k!r:.40}.{hint} "
+                                     f"Known: {', '.join(known)}", "keys")
+        return keys
+
+    def handle(self, msg: Message):
+        t = msg.type
+        if t in ("key_press", "key_release", "key_tap"):
+            keys = self._keys(msg)
+            if t == "key_press":
+                ack = self.device.press(keys)
+            elif t == "key_release":
+                ack = self.device.release(keys)
+            else:
+                hold = msg["hold_ms"]  # an int (wire-checked)
+                if not 1 <= hold <= self.max_hold_ms:
+                    raise CommandRefused("bad_field", f"key_tap hold_ms must be in 1..{self.max_hold_ms}, got {hold}",
+                                         "hold_ms")
+                ack = self.device.tap(keys, hold)
+        elif t in ("key_release_all", "reset"):
+            ack = self.device.release_all()
+        elif t == "capture":
+            return {}, {"pressed": sorted(self.device.pressed)}
+        else:
+            return super().handle(msg)
+        return {}, {"pressed": sorted(self.device.pressed), "mcu_t_us": int(ack.mcu_t_us),
+                    "ack_rtt_ns": int(ack.rtt_ns), "held": int(ack.held)}
+
+    def safe_state(self) -> None:
+        try:
+            self.device.release_all()
+        except Exception:  # called by the watchdog: never raise there; the firmware's own timeout still applies
+            log.exception("keyboard %s: release_all failed in the safe state", self.name)
+
+
+SERVICES: dict[str, type[Service]] = {
+    "arm": ArmService,
+    "camera": CameraService,
+    "keyboard": KeyboardService,
+}
+"""Device kind (a driver's ``kind``) -> the service that serves it; ``robot_io.site.build_servers``
+looks drivers up here. A new kind (screen, legged) is a Service subclass, its command types in
+``robot_io.wire`` and one line here."""
+
+
 # ------------------------------------------------------------------------------------------
 # The server
 # ------------------------------------------------------------------------------------------
@@ -292,6 +388,10 @@ class DeviceServer:
                  stream_hwm: int = 100, context: zmq.Context | None = None) -> None:
         if command_timeout_ms <= 0:
             raise ValueError(f"command_timeout_ms must be positive, got {command_timeout_ms}")
+        unknown = sorted(service.accepts - COMMAND_TYPES)
+        if unknown:
+            raise ValueError(f"{type(service).__name__} accepts {unknown[0]!r}, which is not a command type of the "
+                             f"wire schema (robot_io.wire.MESSAGE_TYPES)")
         self.service = service
         self.name = service.name
         self._cmd_ep, self._stream_ep = command_endpoint, stream_endpoint
@@ -441,6 +541,10 @@ class DeviceServer:
                 self.active, self.tripped, self.owner = False, True, None
                 reply = Message("reply", self.name, arrays, meta)
             else:
+                if mtype not in self.service.accepts | SERVER_TYPES:
+                    raise CommandRefused("unsupported", f"{self.service.kind} {self.name!r} does not accept {mtype!r} "
+                                         f"commands; it accepts {', '.join(sorted(self.service.accepts | SERVER_TYPES))}",
+                                         "type")
                 motion = mtype in self.service.motion_types
                 if motion and self.tripped:
                     raise CommandRefused("safe_state", f"{self.name!r} is in its safe state (watchdog or stop); "

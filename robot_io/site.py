@@ -234,7 +234,7 @@ def build_servers(site: SiteConfig, load_driver: Callable[[str], type], insecure
                   only: list[str] | None = None):
     """Construct (not start) one DeviceServer per device. ``load_driver`` maps a driver name to a
     class (``hardware.load_driver``); passing it in keeps robot_io free of hardware imports."""
-    from robot_io.server import ArmService, CameraService, DeviceServer
+    from robot_io.server import SERVICES, DeviceServer
 
     built: dict[str, Any] = {}
     servers = []
@@ -242,21 +242,19 @@ def build_servers(site: SiteConfig, load_driver: Callable[[str], type], insecure
         if only and name not in only:
             continue
         cls = load_driver(spec.driver)
+        kind = getattr(cls, "kind", "device")
+        service_cls = SERVICES.get(kind)
+        if service_cls is None:  # refused before the driver is constructed (it may open hardware)
+            raise SiteError(f"{site.path}: devices.{name}.driver: {spec.driver!r} is a {kind!r} device, which the "
+                            f"bridge cannot serve; known kinds: {', '.join(sorted(SERVICES))}")
         params = {k: (built[v[1:]] if isinstance(v, str) and v.startswith("@") else v) for k, v in spec.params.items()}
         try:
             device = cls(name=name, **params)
         except TypeError as e:
             raise SiteError(f"{site.path}: devices.{name}.params: {e}") from None
         built[name] = device
-        kind = getattr(cls, "kind", "device")
         cal = load_device_calibration(site, name, device)
-        if kind == "arm":
-            service = ArmService(name, device, ArmLimits.from_dict(spec.limits), state_hz=spec.state_hz)
-        elif kind == "camera":
-            service = CameraService(name, device, stream=spec.streaming)
-        else:
-            raise SiteError(f"{site.path}: devices.{name}.driver: {spec.driver!r} is a {kind!r}, "
-                            "which the bridge cannot serve yet")
+        service = service_cls.from_spec(name, device, spec)
         if cal is not None:
             service.calibration = cal.summary()
         servers.append(DeviceServer(service, spec.command, spec.stream if spec.streaming else None,

@@ -55,6 +55,12 @@ _TYPES = [
                 "(a simulator re-randomises from `seed`).", ("req_id", "deadline_ns")),
     MessageType("stop", "Put the device in its safe state now (software e-stop).", ("req_id", "deadline_ns")),
     MessageType("capture", "Camera: capture a frame now and return it in the reply.", ("req_id", "deadline_ns")),
+    MessageType("key_press", "Keyboard: press and hold `keys` (a list of 1..max_keys key names the device "
+                "describes) until released.", ("req_id", "deadline_ns", "keys")),
+    MessageType("key_release", "Keyboard: release `keys`.", ("req_id", "deadline_ns", "keys")),
+    MessageType("key_tap", "Keyboard: press `keys` and release them `hold_ms` later (timed by the microcontroller).",
+                ("req_id", "deadline_ns", "keys", "hold_ms")),
+    MessageType("key_release_all", "Keyboard: release every key.", ("req_id", "deadline_ns")),
     MessageType("describe", "Return the device description, limits and stream layout.", ("req_id", "deadline_ns")),
     MessageType("ping", "Round-trip check; the reply echoes the request.", ("req_id", "deadline_ns")),
     MessageType("heartbeat", "Keep-alive: feeds the device watchdog when it comes from the device's owner "
@@ -98,6 +104,8 @@ HEADER_FIELD_TYPES: dict[str, tuple[type, ...]] = {
     "instruction": (str,),  # policy_request: the prompt
     "infer_ns": (int,),  # chunk: the model's time
     "server_ns": (int,),  # chunk: receipt to reply at the server
+    "keys": (list,),  # key_press / key_release / key_tap: key names (each checked by the keyboard service)
+    "hold_ms": (int,),  # key_tap: how long the keys stay down
 }
 """Exact types of the bridge's type-specific header fields, checked by ``decode`` wherever the field
 appears (an int field refuses true/false and 1.0; nil only where listed)."""

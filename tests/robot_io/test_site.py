@@ -60,3 +60,34 @@ def test_the_sim_presets_give_the_far_front_camera_a_region_of_interest():
         x0, y0, x1, y1 = site.devices["front"].roi
         assert 0 <= x0 < x1 <= 1 and 0 <= y0 < y1 <= 1
         assert site.devices["wrist"].roi is None
+
+
+def test_an_unknown_device_kind_is_refused_naming_file_device_and_known_kinds():
+    made = []
+
+    class Screen:
+        kind = "hologram"
+
+        def __init__(self, **kw):
+            made.append(kw)
+
+    site = parse_site({"name": "t", "devices": {"holo": {"driver": "holo_driver", "command": "tcp://127.0.0.1:1"}}},
+                      "/tmp/site.yaml")
+    with pytest.raises(SiteError) as e:
+        build_servers(site, lambda name: Screen)
+    msg = str(e.value)
+    assert msg.startswith("/tmp/site.yaml: devices.holo.driver:") and "'hologram'" in msg
+    assert "known kinds: arm, camera, keyboard" in msg
+    assert made == []  # refused before the driver is constructed
+
+
+def test_every_service_accepts_only_command_types_of_the_wire_schema():
+    from robot_io.server import SERVER_TYPES, SERVICES
+    from robot_io.wire import COMMAND_TYPES
+
+    assert {"arm", "camera", "keyboard"} <= set(SERVICES)
+    for kind, cls in SERVICES.items():
+        assert cls.kind == kind
+        assert cls.accepts and cls.accepts <= COMMAND_TYPES, kind
+        assert cls.motion_types <= cls.accepts, kind
+        assert not cls.accepts & SERVER_TYPES, kind

@@ -1,0 +1,177 @@
+"""An emulated keyboard-rig microcontroller on a pty pair (no hardware, no USB).
+
+It runs the firmware's own logic (``keyproto.Controller``, the code ``code.py`` runs on the
+RP2040) behind the slave end of a pseudo-terminal: a host opens :attr:`EmulatedMicrocontroller.port`
+exactly like the Pico's ``/dev/ttyACM1``. Instead of a USB HID keyboard it keeps the set of
+held keys (``pressed``) and calls ``on_change(pressed)`` when it changes (the host screen will
+listen there). It acks with its own monotonic clock and releases every key when the host's
+heartbeats stop, like the firmware.
+
+Run it on its own (one process of the emulated rig) with::
+
+    python -m hardware.keyboard_mcu_emulator [--timeout-ms 250]
+
+which prints the pty path to give the host driver (``serial_keypresser``, ``port:``), then
+logs each change of the held keys until SIGTERM / Ctrl-C.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import select
+import signal
+import sys
+import threading
+import time
+import tty
+from typing import Callable
+
+from hardware.firmware import keyproto as kp
+
+log = logging.getLogger(__name__)
+
+
+class _HeldKeys:
+    """The ``adafruit_hid`` Keyboard API over a set of held keycodes (thread-safe to read)."""
+
+    def __init__(self, on_change: Callable[[frozenset[str]], None] | None) -> None:
+        self._held: set[int] = set()
+        self._lock = threading.Lock()
+        self.on_change = on_change
+        self.events = 0
+
+    def _changed(self, before: frozenset[str]) -> None:
+        self.events += 1
+        now = self.names()
+        if self.on_change is not None and now != before:
+            self.on_change(now)
+
+    def press(self, *codes: int) -> None:
+        before = self.names()
+        with self._lock:
+            self._held.update(codes)
+        self._changed(before)
+
+    def release(self, *codes: int) -> None:
+        before = self.names()
+        with self._lock:
+            self._held.difference_update(codes)
+        self._changed(before)
+
+    def release_all(self) -> None:
+        before = self.names()
+        with self._lock:
+            self._held.clear()
+        self._changed(before)
+
+    def names(self) -> frozenset[str]:
+        with self._lock:
+            return frozenset(kp.KEY_NAMES[c] for c in self._held)
+
+
+class EmulatedMicrocontroller:
+    """The rig's microcontroller on a pty. ``start()`` it, give ``port`` to the host driver,
+    ``stop()`` it (or use it as a context manager). ``poll_s``: how often it checks taps and the
+    heartbeat timeout when no byte arrives."""
+
+    def __init__(self, timeout_ms: int = kp.HEARTBEAT_TIMEOUT_MS, poll_s: float = 0.005,
+                 on_change: Callable[[frozenset[str]], None] | None = None) -> None:
+        if timeout_ms <= 0 or poll_s <= 0:
+            raise ValueError("timeout_ms and poll_s must be positive")
+        self.timeout_ms, self.poll_s = int(timeout_ms), float(poll_s)
+        self.keyboard = _HeldKeys(on_change)
+        self.controller = kp.Controller(self.keyboard, lambda: time.monotonic_ns() // 1000, self.timeout_ms)
+        self.port: str | None = None
+        self._master = self._slave = -1
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self.acks_dropped = 0  # acks nobody read (no host on the port): dropped, never buffered without bound
+        self.error: BaseException | None = None
+
+    @property
+    def pressed(self) -> frozenset[str]:
+        """The keys held now (names)."""
+        return self.keyboard.names()
+
+    def start(self) -> "EmulatedMicrocontroller":
+        self._master, self._slave = os.openpty()
+        tty.setraw(self._slave)  # bytes as they are: no echo, no CR/LF translation, no line buffering
+        os.set_blocking(self._master, False)
+        # The slave end stays open here too, so the master never reads EOF/EIO when a host closes
+        # (or dies holding) the port: the emulator keeps running and times the silence out.
+        self.port = os.ttyname(self._slave)
+        self._stop.clear()
+        self._thread = threading.Thread(target=self._run, daemon=True, name="keyboard-mcu")
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=2)
+        for fd in (self._master, self._slave):
+            if fd >= 0:
+                os.close(fd)
+        self._master = self._slave = -1
+
+    def __enter__(self) -> "EmulatedMicrocontroller":
+        return self.start()
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+    def stats(self) -> dict[str, int]:
+        return {**self.controller.stats, **{f"rx_{k}": v for k, v in self.controller.decoder.stats.items()},
+                "acks_dropped": self.acks_dropped, "key_events": self.keyboard.events}
+
+    def _run(self) -> None:
+        try:
+            while not self._stop.is_set():
+                readable, _, _ = select.select([self._master], [], [], self.poll_s)
+                if readable:
+                    try:
+                        data = os.read(self._master, 4096)
+                    except BlockingIOError:
+                        data = b""
+                    if data:
+                        acks = self.controller.feed(data)
+                        if acks:
+                            self._write(acks)
+                self.controller.tick()
+        except BaseException as e:  # surfaced through .error and the log; the held keys are let go
+            self.error = e
+            log.exception("emulated microcontroller stopped")
+            self.keyboard.release_all()
+
+    def _write(self, data: bytes) -> None:
+        try:
+            n = os.write(self._master, data)
+        except BlockingIOError:
+            n = 0
+        if n < len(data):  # the pty is full: nobody reads the host end
+            self.acks_dropped += 1
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description="Emulated keyboard-rig microcontroller on a pty.")
+    ap.add_argument("--timeout-ms", type=int, default=kp.HEARTBEAT_TIMEOUT_MS,
+                    help="release every key after this long without a valid frame from the host")
+    args = ap.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
+    done = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: done.set())
+    mcu = EmulatedMicrocontroller(args.timeout_ms, on_change=lambda keys: log.info("held: %s", sorted(keys)))
+    with mcu:
+        print(mcu.port, flush=True)
+        try:
+            while not done.wait(0.5) and mcu.error is None:
+                pass
+        except KeyboardInterrupt:
+            pass
+    return 1 if mcu.error is not None else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
