@@ -106,7 +106,10 @@ class TanhGaussianActor(nn.Module):
                 self.log_std.bias.fill_(math.atanh(y))
 
     def forward(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        h = self.trunk(obs)
+        return self.heads(self.trunk(obs))
+
+    def heads(self, h: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Trunk features h -> (mean, log std) of u (a layer that shares the trunk calls it: AutoSafe)."""
         mean, log_std = self.mean(h), torch.tanh(self.log_std(h))
         # squash log std into [min, max] smoothly (CleanRL), so its gradient never vanishes at a hard clamp
         log_std = self.log_std_min + 0.5 * (self.log_std_max - self.log_std_min) * (log_std + 1)
@@ -121,7 +124,11 @@ class TanhGaussianActor(nn.Module):
                generator: torch.Generator | None = None) -> tuple[torch.Tensor, torch.Tensor]:
         """-> (action [B, A] in [-b, b], log pi(action | obs) [B]). Differentiable in the actor's
         parameters (reparameterisation). ``deterministic``: the squashed mean, its log-prob."""
-        mean, log_std = self(obs)
+        return self.sample_from(*self(obs), deterministic=deterministic, generator=generator)
+
+    def sample_from(self, mean: torch.Tensor, log_std: torch.Tensor, deterministic: bool = False,
+                    generator: torch.Generator | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+        """``sample`` given the heads' output (mean, log std) [B, A]."""
         std = log_std.exp()
         if deterministic:
             u = mean
@@ -134,7 +141,11 @@ class TanhGaussianActor(nn.Module):
 
     def log_prob(self, obs: torch.Tensor, action: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
         """log pi(action | obs) [B] of given actions in (-b, b) (clipped to 1 - eps inside the bound)."""
-        mean, log_std = self(obs)
+        return self.log_prob_from(*self(obs), action, eps)
+
+    def log_prob_from(self, mean: torch.Tensor, log_std: torch.Tensor, action: torch.Tensor,
+                      eps: float = 1e-6) -> torch.Tensor:
+        """``log_prob`` given the heads' output (mean, log std) [B, A]."""
         y = (action / self.action_scale).clamp(-1 + eps, 1 - eps)
         u = torch.atanh(y)
         log_n = (-0.5 * ((u - mean) / log_std.exp()) ** 2 - log_std - 0.5 * math.log(2 * math.pi)).sum(-1)

@@ -1,0 +1,4 @@
+"""Safety layers for online RL on hardware: AutoSafe (``policies.safety.autosafe``: a SAC actor blended
+with a certified safe controller by a learned, margin-dependent weight) and the hard Simplex filter it
+is compared with; ``policies.safety.cartpole``, their test bed (a continuous-force cart-pole, its LQR
+and ellipsoidal safe set). Import from the submodules; this package imports nothing at import time."""
