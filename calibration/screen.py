@@ -302,11 +302,13 @@ def measure_key_latency(press: Callable[[], int], release: Callable[[], None], r
             frames.append((t, _grey(rgb, rectify)))  # kept small: the rectified grey picture
 
     film(0.2)
+    shown_ns: list[int | None] = []
     for _ in range(presses):
         film(float(rng.uniform(*gap_s)))  # a random phase against the screen's ticks and the camera's frames
         times.append(press())
         film(hold_s)
+        if shown is not None:
+            shown_ns.append(shown(times[-1]))  # asked now, while the screen still remembers the press
         release()
     film(hold_s)
-    shown_ns = [shown(t) for t in times] if shown is not None else None
-    return flash_latencies(frames, times, shown_ns, camera_fps, None, threshold)
+    return flash_latencies(frames, times, shown_ns if shown is not None else None, camera_fps, None, threshold)

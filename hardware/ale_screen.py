@@ -378,6 +378,12 @@ class AleScreen(Screen):
                 return f
         return None
 
+    def frames_since(self, t_mono_ns: int) -> list[ScreenFrame]:
+        """The remembered frames displayed at or after ``t_mono_ns``, oldest first."""
+        self._require_connected()
+        with self._cond:
+            return [f for f in self._frames if f.t_mono_ns >= t_mono_ns]
+
     def wait_frame(self, after_index: int, timeout_s: float = 1.0) -> ScreenFrame:
         self._require_connected()
         deadline = time.monotonic() + timeout_s
