@@ -104,3 +104,22 @@ def test_key_to_pixel_latency_recovers_the_configured_camera_latency_within_10_p
     assert latency_ms < out.median_ms < latency_ms + 1000 / 60 + 1000 / fps + 10
     save_section(str(tmp_path / "c.yaml"), out)
     assert load_calibration(str(tmp_path / "c.yaml")).key_latency.camera_ms == pytest.approx(out.camera_ms)
+
+
+def test_vla_calibrate_screen_from_an_image_writes_the_screen_section(screen, tmp_path, capsys):
+    import cv2
+
+    from calibration.io import Intrinsics
+    from vla.cli import main
+
+    cam = ScreenCamera(screen=screen)
+    png = str(tmp_path / "frame.png")
+    cv2.imwrite(png, cv2.cvtColor(cam.render(screen.picture), cv2.COLOR_RGB2BGR))
+    out = str(tmp_path / "cam.yaml")
+    save_section(out, Intrinsics(K=cam.ideal_K(), dist=cam.true_dist, image_size=(640, 480)), device="cam")
+    assert main(["calibrate", "screen", "--from", png, "--out", out, "--device", "cam"]) == 0
+    assert "8/8 markers" in capsys.readouterr().out
+    cal = load_calibration(out)
+    assert cal.screen.undistorted and cal.intrinsics is not None
+    assert np.linalg.norm(cal.screen.corners_px - cam.true_corners(), axis=1).max() < 2.0
+    assert main(["calibrate", "screen", "--from", str(tmp_path / "nope.png"), "--out", out]) == 2
