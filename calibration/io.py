@@ -26,6 +26,23 @@ in the device's ``describe()`` under ``calibration``. A file::
       rtt_ms: {min: 0.3, p50: 0.4, p90: 0.6, p99: 1.1}
       stream_delay_ms: {p50: 2.1, p90: 3.0, p99: 5.2}   # capture -> host receive, on the host clock (null: no stream)
       samples: 200
+    screen:                           # vla calibrate screen (calibration/screen.py)
+      H: [[...], [...], [...]]        # camera pixel -> game frame pixel (ideal pixels when undistorted: true)
+      frame_size: [160, 210]          # the rectified picture (width, height): the game's frame
+      image_size: [640, 480]          # the camera image it was solved at
+      corners_px: [[x, y], ...]       # the picture's corners TL, TR, BR, BL as seen in the camera image
+      markers: {marker_px: 28, ...}   # the ArUco layout around the screen (calibration.screen.ScreenMarkers)
+      markers_seen: 8
+      residual_px: 0.3                # RMS of the marker corners through H, in frame pixels
+      undistorted: true               # the corners were undistorted with this file's intrinsics first
+    key_latency:                      # vla calibrate key-latency: key press -> first changed camera frame
+      median_ms: 83.0                 # end to end (keyboard, game tick, monitor, camera), over the presses
+      p90_ms: 95.1
+      presses: 12
+      samples_ms: [...]
+      camera_ms: 61.2                 # the camera's own part, when the screen's display times were known
+      camera_fps: 30.0
+      method: key_flash
 
 Sections are optional; writing one keeps the others. Files are written atomically (a temp file
 renamed over the old one). Anything malformed raises :class:`CalibrationFileError` naming the
@@ -46,7 +63,7 @@ import numpy as np
 import yaml
 
 VERSION = 1
-SECTIONS = ("intrinsics", "hand_eye", "latency")
+SECTIONS = ("intrinsics", "hand_eye", "latency", "screen", "key_latency")
 HAND_EYE_MODES = ("eye_in_hand", "eye_to_hand")
 DIST_LENGTHS = (4, 5, 8, 12, 14)
 
@@ -106,12 +123,39 @@ class Latency:
 
 
 @dataclasses.dataclass(frozen=True)
+class ScreenHomography:
+    H: np.ndarray  # [3, 3] camera pixel (ideal, when undistorted) -> game frame pixel
+    frame_size: tuple[int, int]  # (width, height) of the rectified picture
+    image_size: tuple[int, int]  # (width, height) of the camera image
+    corners_px: np.ndarray  # [4, 2] the picture's corners (TL, TR, BR, BL) in the camera image
+    markers: dict | None = None  # the marker layout (calibration.screen.ScreenMarkers.to_dict())
+    markers_seen: int | None = None
+    residual_px: float | None = None
+    undistorted: bool = False
+    created: str | None = None
+
+
+@dataclasses.dataclass(frozen=True)
+class KeyLatency:
+    median_ms: float  # key press -> first changed camera frame, median over the presses
+    presses: int
+    p90_ms: float | None = None
+    samples_ms: list | None = None
+    camera_ms: float | None = None  # the camera's part (display -> frame), when display times were known
+    camera_fps: float | None = None
+    method: str | None = None
+    created: str | None = None
+
+
+@dataclasses.dataclass(frozen=True)
 class CalibrationFile:
     path: str
     device: str | None = None
     intrinsics: Intrinsics | None = None
     hand_eye: HandEye | None = None
     latency: Latency | None = None
+    screen: ScreenHomography | None = None
+    key_latency: KeyLatency | None = None
 
     def summary(self) -> dict[str, Any]:
         """msgpack-able summary (what the bridge's ``describe`` shows under ``calibration``)."""
@@ -251,7 +295,47 @@ def _latency(path: str, raw: Any) -> Latency:
                    created=c.string("created"))
 
 
-_PARSERS = {"intrinsics": _intrinsics, "hand_eye": _hand_eye, "latency": _latency}
+def _size(c: "_Checker", field: str) -> tuple[int, int]:
+    size = c.raw.get(field)
+    if not (isinstance(size, (list, tuple)) and len(size) == 2 and all(type(v) is int and v > 0 for v in size)):
+        raise c.error(field, f"must be [width, height], two positive integers, got {size!r:.60}")
+    return int(size[0]), int(size[1])
+
+
+def _screen(path: str, raw: Any) -> ScreenHomography:
+    c = _Checker(path, "screen", raw, ("H", "frame_size", "image_size", "corners_px", "markers", "markers_seen",
+                                       "residual_px", "undistorted", "created"))
+    H = c.matrix("H", (3, 3))
+    if abs(np.linalg.det(H)) < 1e-12:
+        raise c.error("H", "must be invertible")
+    markers = raw.get("markers")
+    if markers is not None and not isinstance(markers, dict):
+        raise c.error("markers", "must be a mapping (calibration.screen.ScreenMarkers fields)")
+    und = raw.get("undistorted", False)
+    if type(und) is not bool:
+        raise c.error("undistorted", f"must be true or false, got {und!r:.40}")
+    return ScreenHomography(H=H, frame_size=_size(c, "frame_size"), image_size=_size(c, "image_size"),
+                            corners_px=c.matrix("corners_px", (4, 2)), markers=markers,
+                            markers_seen=c.number("markers_seen", integer=True, lo=0),
+                            residual_px=c.number("residual_px", lo=0), undistorted=und, created=c.string("created"))
+
+
+def _key_latency(path: str, raw: Any) -> KeyLatency:
+    c = _Checker(path, "key_latency", raw, ("median_ms", "p90_ms", "presses", "samples_ms", "camera_ms", "camera_fps",
+                                            "method", "created"))
+    samples = raw.get("samples_ms")
+    if samples is not None and not (isinstance(samples, list) and all(
+            not isinstance(x, bool) and isinstance(x, (int, float)) and math.isfinite(x) for x in samples)):
+        raise c.error("samples_ms", f"must be a list of numbers (ms), got {samples!r:.60}")
+    return KeyLatency(median_ms=c.number("median_ms", required=True, lo=0),
+                      presses=c.number("presses", required=True, integer=True, positive=True),
+                      p90_ms=c.number("p90_ms", lo=0), samples_ms=samples, camera_ms=c.number("camera_ms"),
+                      camera_fps=c.number("camera_fps", positive=True), method=c.string("method"),
+                      created=c.string("created"))
+
+
+_PARSERS = {"intrinsics": _intrinsics, "hand_eye": _hand_eye, "latency": _latency, "screen": _screen,
+            "key_latency": _key_latency}
 
 
 def parse_calibration(raw: Any, path: str = "<calibration>") -> CalibrationFile:
@@ -308,13 +392,14 @@ def _section_to_yaml(section: Any) -> dict:
 
 
 def section_name(section: Any) -> str:
-    for name, cls in (("intrinsics", Intrinsics), ("hand_eye", HandEye), ("latency", Latency)):
+    for name, cls in (("intrinsics", Intrinsics), ("hand_eye", HandEye), ("latency", Latency),
+                      ("screen", ScreenHomography), ("key_latency", KeyLatency)):
         if isinstance(section, cls):
             return name
     raise TypeError(f"not a calibration section: {type(section).__name__}")
 
 
-def save_section(path: str, section: Intrinsics | HandEye | Latency, device: str | None = None) -> CalibrationFile:
+def save_section(path: str, section: Intrinsics | HandEye | Latency | ScreenHomography | KeyLatency, device: str | None = None) -> CalibrationFile:
     """Write ``section`` into the calibration file at ``path`` (created if missing), keeping its
     other sections; atomic. The result is read back and validated before it replaces the old file."""
     name = section_name(section)

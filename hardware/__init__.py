@@ -6,7 +6,7 @@ vendor library.
 """
 
 from hardware.base import (Arm, ArmState, Camera, CameraFrame, Device, DeviceError, JointLimits, KeyAck, KeyPresser,
-                           NotConnectedError)
+                           NotConnectedError, Screen, ScreenFrame)
 
 REGISTRY: dict[str, str] = {
     "sim_franka": "hardware.sim_franka:SimFranka",
@@ -18,6 +18,8 @@ REGISTRY: dict[str, str] = {
     "franka": "hardware.franka_franky:FrankyArm",
     "serial_keypresser": "hardware.serial_keypresser:SerialKeyPresser",
     "emulated_keypresser": "hardware.emulated_keypresser:EmulatedKeyPresser",
+    "ale_screen": "hardware.ale_screen:AleScreen",
+    "screen_camera": "hardware.screen_camera:ScreenCamera",
 }
 
 
@@ -41,4 +43,4 @@ def load_driver(name: str) -> type[Device]:
 
 
 __all__ = ["Arm", "ArmState", "Camera", "CameraFrame", "Device", "DeviceError", "JointLimits", "KeyAck",
-           "KeyPresser", "NotConnectedError", "REGISTRY", "load_driver", "load_registered"]
+           "KeyPresser", "NotConnectedError", "REGISTRY", "Screen", "ScreenFrame", "load_driver", "load_registered"]

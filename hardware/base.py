@@ -287,3 +287,63 @@ class KeyPresser(Device):
 
     def describe(self) -> dict[str, Any]:
         return {**super().describe(), "keys": list(self.key_names), "max_keys": self.max_keys}
+
+
+# --------------------------------------------------------------------------------------------
+# Screen (the keyboard rig's host: a game shown on a monitor in real time)
+# --------------------------------------------------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True)
+class ScreenFrame:
+    """One frame the screen displayed, and the game's state when it was displayed."""
+
+    rgb: np.ndarray  # [H, W, 3] uint8, read-only (the game's own frame, e.g. ALE's 210 x 160)
+    index: int  # frames displayed since connect() (the screen ticks at ``fps`` whether or not keys change)
+    t_mono_ns: int  # when it was displayed, time.monotonic_ns() clock
+    game: str  # the game (or test pattern) shown
+    score: int  # the episode's return so far
+    reward: int  # reward of this frame
+    lives: int
+    episode_over: bool  # the game ended on or before this frame (it stays over until a reset)
+    episode: int  # episodes started since connect() (the first is 0)
+    keys: frozenset  # the keys held when this frame was computed
+    action: str  # the action they mapped to (e.g. "RIGHTFIRE")
+
+
+class Screen(Device):
+    """A game that runs in real time on a host screen and takes keyboard input (kind ``screen``).
+
+    The screen ticks at ``fps`` on its own thread: it never waits for whoever plays. Keys come in
+    through :meth:`set_keys` (the keys held now, e.g. from a microcontroller's HID reports); each
+    tick maps the held keys to a game action. ``latest()`` is the frame shown now,
+    ``frame_at(t)`` the one shown at an earlier instant (what a camera with latency films),
+    ``wait_frame(i)`` blocks until a frame newer than index ``i`` is shown. ``reset(seed, game)``
+    restarts the game (another game, or a test pattern, when ``game`` names one).
+    """
+
+    kind = "screen"
+    fps: float = 60.0
+    games: tuple[str, ...] = ()
+
+    @abc.abstractmethod
+    def set_keys(self, keys) -> None:
+        """The keys held now (names, as ``KeyPresser.key_names``); applied from the next tick."""
+
+    @abc.abstractmethod
+    def reset(self, seed: int | None = None, game: str | None = None) -> ScreenFrame:
+        """Restart the game (``game``: switch to another of ``games`` first); returns its first frame."""
+
+    @abc.abstractmethod
+    def latest(self) -> ScreenFrame:
+        """The frame displayed now."""
+
+    @abc.abstractmethod
+    def frame_at(self, t_mono_ns: int) -> ScreenFrame | None:
+        """The frame that was on the screen at ``t_mono_ns`` (None before the first one, or older
+        than the screen remembers)."""
+
+    @abc.abstractmethod
+    def wait_frame(self, after_index: int, timeout_s: float = 1.0) -> ScreenFrame:
+        """Block until a frame with an index above ``after_index`` is displayed and return the newest;
+        DeviceError on timeout."""

@@ -24,7 +24,7 @@ A :class:`DeviceServer` puts one device behind the bridge. It owns two threads:
 
 Services adapt a ``hardware`` device to the wire, one per device kind (:data:`SERVICES`). They
 duck-type the device (robot_io never imports hardware), so any object with the
-``hardware.base.Arm`` / ``Camera`` / ``KeyPresser`` methods works.
+``hardware.base.Arm`` / ``Camera`` / ``KeyPresser`` / ``Screen`` methods works.
 """
 
 from __future__ import annotations
@@ -365,13 +365,79 @@ class KeyboardService(Service):
             log.exception("keyboard %s: release_all failed in the safe state", self.name)
 
 
+class ScreenService(Service):
+    """A ``Screen`` (the rig's host: a game in real time) behind the bridge: every displayed frame on
+    the stream as a ``game_state`` message (frame, score, lives, episode end, held keys); ``capture``
+    returns the frame shown now; ``reset`` restarts the game from ``seed``, switching to the game or
+    test pattern ``task`` names (one of the device's ``games``). Nothing here moves: the screen has
+    no motion commands and its safe state is itself (the keyboard releases the keys)."""
+
+    kind = "screen"
+    accepts = frozenset({"reset", "capture"})
+
+    @classmethod
+    def from_spec(cls, name: str, device: Any, spec: Any) -> "ScreenService":
+        return cls(name, device, stream=spec.streaming)
+
+    def __init__(self, name: str, device: Any, stream: bool = True) -> None:
+        super().__init__(name, device)
+        self.streaming = stream
+
+    def describe(self) -> dict:
+        return {**super().describe(), "streaming": self.streaming}
+
+    @staticmethod
+    def _state(f) -> tuple[dict[str, np.ndarray], dict]:
+        return {"rgb": f.rgb}, {"index": int(f.index), "score": int(f.score), "reward": int(f.reward),
+                                "lives": int(f.lives), "episode_over": bool(f.episode_over),
+                                "episode": int(f.episode), "keys": sorted(f.keys), "action": str(f.action),
+                                "game": str(f.game)}
+
+    def handle(self, msg: Message):
+        t = msg.type
+        if t == "reset":
+            seed = msg.get("seed")
+            if seed is not None and not (type(seed) is int and 0 <= seed <= MAX_SEED):
+                raise CommandRefused("bad_field", f"reset seed must be nil or an integer in [0, 2**63), "
+                                     f"got {seed!r:.40}", "seed")
+            game = msg.get("task")  # a str or nil (wire-checked)
+            if game is not None and game not in self.device.games:
+                close = difflib.get_close_matches(game, self.device.games, n=3, cutoff=0.5)
+                hint = f" Did you mean {', '.join(close)}?" if close else ""
+                raise CommandRefused("unknown_task", f"screen {self.name!r} has no game {game[:60]!r}.{hint}", "task")
+            f = self.device.reset(seed=seed, game=game)
+        elif t == "capture":
+            f = self.device.latest()
+        else:
+            return super().handle(msg)
+        arrays, meta = self._state(f)
+        meta["frame_t_mono_ns"] = int(f.t_mono_ns)
+        return arrays, meta
+
+    def stream(self, stop: threading.Event) -> Iterator[Message]:
+        if not self.streaming:
+            return
+        last = -1
+        while not stop.is_set():
+            try:
+                f = self.device.wait_frame(last, timeout_s=0.25)
+            except Exception:  # no frame in time (e.g. during a reset); a dead game loop raises below
+                if getattr(self.device, "error", None) is not None:
+                    raise
+                continue
+            last = f.index  # a slow subscriber side skips frames (index gaps), never queues them here
+            arrays, meta = self._state(f)
+            yield Message("game_state", self.name, arrays, meta, t_mono_ns=int(f.t_mono_ns))
+
+
 SERVICES: dict[str, type[Service]] = {
     "arm": ArmService,
     "camera": CameraService,
     "keyboard": KeyboardService,
+    "screen": ScreenService,
 }
 """Device kind (a driver's ``kind``) -> the service that serves it; ``robot_io.site.build_servers``
-looks drivers up here. A new kind (screen, legged) is a Service subclass, its command types in
+looks drivers up here. A new kind (e.g. legged) is a Service subclass, its command types in
 ``robot_io.wire`` and one line here."""
 
 

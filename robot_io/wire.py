@@ -46,15 +46,21 @@ _TYPES = [
     # streams (PUB/SUB)
     MessageType("state", "Device state sample (arm: q, dq, ee_pos, ee_quat, gripper, ...)."),
     MessageType("frame", "Camera frame: rgb [H,W,3] uint8, optional depth [H,W] float32.", ("index",)),
+    MessageType("game_state", "Screen: one displayed frame of the game, stamped when it was shown: `rgb` [H,W,3] "
+                "uint8 (ALE: 210 x 160), `index` frames shown since connect, `score` the episode's return so far, "
+                "`reward` this frame's, `lives`, `episode_over` (stays true until a reset), `episode`, the `keys` "
+                "held and the `action` they made, the `game`.", ("index", "score", "lives", "episode_over")),
     # commands (DEALER -> ROUTER)
     MessageType("ee_delta", "Arm: move the end effector by `action` [7] = dpos(3) m, drot(3) rad "
                 "axis-angle, gripper opening (1) in [0,1].", ("req_id", "deadline_ns")),
     MessageType("joint_position", "Arm: go to joint positions `q` [J] rad, optional `gripper` [1].",
                 ("req_id", "deadline_ns")),
     MessageType("reset", "Bring the device to its start state and re-arm it after a safe stop "
-                "(a simulator re-randomises from `seed`).", ("req_id", "deadline_ns")),
+                "(a simulator re-randomises from `seed`; an arm simulator lays out `task`; a screen restarts its "
+                "game from `seed`, switching to the game or test pattern `task` names).", ("req_id", "deadline_ns")),
     MessageType("stop", "Put the device in its safe state now (software e-stop).", ("req_id", "deadline_ns")),
-    MessageType("capture", "Camera: capture a frame now and return it in the reply.", ("req_id", "deadline_ns")),
+    MessageType("capture", "Camera: capture a frame now and return it in the reply (a screen: the frame shown now "
+                "and the game's state, as in `game_state`).", ("req_id", "deadline_ns")),
     MessageType("key_press", "Keyboard: press and hold `keys` (a list of 1..max_keys key names the device "
                 "describes) until released.", ("req_id", "deadline_ns", "keys")),
     MessageType("key_release", "Keyboard: release `keys`.", ("req_id", "deadline_ns", "keys")),
@@ -83,7 +89,7 @@ _TYPES = [
 ]
 MESSAGE_TYPES: dict[str, MessageType] = {t.name: t for t in _TYPES}
 COMMAND_TYPES = frozenset(n for n, t in MESSAGE_TYPES.items() if "deadline_ns" in t.fields) | {"heartbeat"}
-STREAM_TYPES = frozenset({"state", "frame"})
+STREAM_TYPES = frozenset({"state", "frame", "game_state"})
 _COMMON = ("v", "type", "device", "seq", "t_mono_ns", "t_wall_ns", "arrays")
 _NONE = type(None)
 # Exact types of the common header fields. Exact: msgpack gives bool for true/false and Python's
@@ -106,6 +112,12 @@ HEADER_FIELD_TYPES: dict[str, tuple[type, ...]] = {
     "server_ns": (int,),  # chunk: receipt to reply at the server
     "keys": (list,),  # key_press / key_release / key_tap: key names (each checked by the keyboard service)
     "hold_ms": (int,),  # key_tap: how long the keys stay down
+    "score": (int,),  # game_state: the episode's return so far
+    "reward": (int,),  # game_state: this frame's reward
+    "lives": (int,),  # game_state
+    "episode_over": (bool,),  # game_state
+    "episode": (int,),  # game_state: episodes started since the screen connected
+    "game": (str,),  # game_state: the game (or test pattern) shown
 }
 """Exact types of the bridge's type-specific header fields, checked by ``decode`` wherever the field
 appears (an int field refuses true/false and 1.0; nil only where listed)."""

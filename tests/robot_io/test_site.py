@@ -77,7 +77,7 @@ def test_an_unknown_device_kind_is_refused_naming_file_device_and_known_kinds():
         build_servers(site, lambda name: Screen)
     msg = str(e.value)
     assert msg.startswith("/tmp/site.yaml: devices.holo.driver:") and "'hologram'" in msg
-    assert "known kinds: arm, camera, keyboard" in msg
+    assert "known kinds: arm, camera, keyboard, screen" in msg
     assert made == []  # refused before the driver is constructed
 
 
@@ -85,7 +85,7 @@ def test_every_service_accepts_only_command_types_of_the_wire_schema():
     from robot_io.server import SERVER_TYPES, SERVICES
     from robot_io.wire import COMMAND_TYPES
 
-    assert {"arm", "camera", "keyboard"} <= set(SERVICES)
+    assert {"arm", "camera", "keyboard", "screen"} <= set(SERVICES)
     for kind, cls in SERVICES.items():
         assert cls.kind == kind
         assert cls.accepts and cls.accepts <= COMMAND_TYPES, kind

@@ -9,7 +9,8 @@ def example(mtype: str) -> Message:
     meta = {f: None for f in MESSAGE_TYPES[mtype].fields}
     meta.update({k: v for k, v in {"req_id": "r-1", "deadline_ns": 123, "index": 7, "code": "bad_shape",
                                     "message": "m", "tick": 3, "instruction": "pick", "keys": ["SPACE", "LEFT_ARROW"],
-                                    "hold_ms": 30}.items() if k in meta})
+                                    "hold_ms": 30, "score": -3, "lives": 5,
+                                    "episode_over": False}.items() if k in meta})
     arrays = {"a": np.arange(6, dtype=np.float32).reshape(2, 3), "img": np.full((4, 5, 3), 9, np.uint8),
               "empty": np.zeros((0, 7), np.float64), "flag": np.array([True, False])}
     return Message(mtype, "arm", arrays, meta, seq=42)

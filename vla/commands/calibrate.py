@@ -157,6 +157,37 @@ examples:
                     help="start the bridge for a simulated site that is not running (auto, default)")
     la.set_defaults(run=run_latency)
 
+    sc = csub.add_parser("screen", help="the keyboard rig: ArUco markers around the screen -> homography that "
+                         "rectifies the screen to the game's frame",
+                         formatter_class=argparse.RawDescriptionHelpFormatter, description=(
+                             "Find the ArUco markers taped around the rig's screen (calibration/screen.py: 8 markers, "
+                             "corners and side middles, positions in game-frame pixels) in one camera frame and solve "
+                             "the homography camera pixel -> game frame pixel (cv2.aruco.ArucoDetector + "
+                             "cv2.findHomography). With the camera's intrinsics in its calibration file the corners are "
+                             "undistorted first. Saved as the `screen` section of the camera's calibration file; the "
+                             "agent rectifies with calibration.screen.Rectifier."),
+                         epilog="""\
+examples:
+  vla calibrate screen --robot rig.yaml --camera screen_cam
+  vla calibrate screen --from frame.png --out calib/screen_cam.yaml --device screen_cam
+""")
+    sc.add_argument("--robot", default=None, help="site YAML with the camera that films the screen")
+    sc.add_argument("--camera", default=None, help="the site's camera that films the screen")
+    sc.add_argument("--from", dest="from_image", default=None, metavar="IMAGE",
+                    help="solve from a saved camera image (PNG/JPG) instead of the bridge")
+    sc.add_argument("--marker-px", type=float, default=28.0, help="side of a marker in game-frame pixels (default 28)")
+    sc.add_argument("--gap-px", type=float, default=6.0, help="picture edge -> marker quiet zone, frame pixels (default 6)")
+    sc.add_argument("--quiet-px", type=float, default=6.0, help="white border around a marker, frame pixels (default 6)")
+    sc.add_argument("--frame-size", type=int, nargs=2, default=(160, 210), metavar=("W", "H"),
+                    help="the game's frame (default ALE's 160 210)")
+    sc.add_argument("--dictionary", default="DICT_4X4_50", help="ArUco dictionary (default DICT_4X4_50)")
+    sc.add_argument("--no-intrinsics", action="store_true", help="ignore the intrinsics in the calibration file")
+    sc.add_argument("--out", default=None, help="calibration file to write (default: the camera's file in the site)")
+    sc.add_argument("--device", default=None, help="device name recorded in the file (default: --camera)")
+    sc.add_argument("--serve", default="auto", choices=("auto", "always", "never"),
+                    help="start the bridge for a simulated site that is not running (auto, default)")
+    sc.set_defaults(run=run_screen)
+
 
 # --------------------------------------------------------------------------------------------
 # helpers
@@ -505,4 +536,53 @@ def run_latency(args) -> int:
             continue
         save_section(path, r.section(), device=n)
         print(f"wrote {path} (latency)")
+    return 0
+
+
+def run_screen(args) -> int:
+    import cv2
+    import numpy as np
+
+    from calibration.io import load_calibration, save_section
+    from calibration.screen import ScreenMarkers, calibrate_screen
+
+    spec, site = None, None
+    if args.from_image:
+        bgr = cv2.imread(args.from_image, cv2.IMREAD_COLOR)
+        if bgr is None:
+            raise ValueError(f"--from {args.from_image}: not a readable image")
+        image = cv2.cvtColor(bgr, cv2.COLOR_BGR2RGB)
+        if args.robot and args.camera:
+            site, spec = _site_and_camera(args)
+    else:
+        from robot_io.client import DeviceClient
+        from robot_io.robot import _connectable
+        from vla.commands._bridge import running_bridge
+
+        site, spec = _site_and_camera(args)
+        with running_bridge(site, _bridge_log(site), start=args.serve):
+            with DeviceClient(_connectable(spec.command), spec.name, 5.0, site.security) as cl:
+                deadline = time.monotonic() + 5.0
+                while True:  # a streaming camera answers capture once it has a frame
+                    try:
+                        image = np.asarray(cl.request("capture").arrays["rgb"])
+                        break
+                    except Exception:
+                        if time.monotonic() > deadline:
+                            raise
+                        time.sleep(0.2)
+    out = _out_path(args, spec, "screen homography")
+    K = dist = None
+    if not args.no_intrinsics and os.path.exists(out):
+        cal = load_calibration(out)
+        if cal.intrinsics is not None:
+            K, dist = cal.intrinsics.K, cal.intrinsics.dist
+    markers = ScreenMarkers(frame_size=tuple(args.frame_size), marker_px=args.marker_px, gap_px=args.gap_px,
+                            quiet_px=args.quiet_px, dictionary=args.dictionary)
+    res = calibrate_screen(image, markers, K=K, dist=dist)
+    print(f"screen: {res.markers_seen}/8 markers, residual {res.residual_px:.2f} frame px, "
+          f"{'undistorted with the file' + chr(39) + 's intrinsics' if res.undistorted else 'no intrinsics'}; "
+          f"corners (px): {np.round(res.corners_px, 1).tolist()}")
+    save_section(out, res, device=args.device or args.camera)
+    print(f"wrote {out} (screen)")
     return 0
