@@ -6,7 +6,7 @@ vendor library.
 """
 
 from hardware.base import (Arm, ArmState, Camera, CameraFrame, Device, DeviceError, JointLimits, KeyAck, KeyPresser,
-                           NotConnectedError)
+                           Legged, LeggedState, NotConnectedError)
 
 REGISTRY: dict[str, str] = {
     "sim_franka": "hardware.sim_franka:SimFranka",
@@ -18,6 +18,8 @@ REGISTRY: dict[str, str] = {
     "franka": "hardware.franka_franky:FrankyArm",
     "serial_keypresser": "hardware.serial_keypresser:SerialKeyPresser",
     "emulated_keypresser": "hardware.emulated_keypresser:EmulatedKeyPresser",
+    "sim_go1": "hardware.sim_go1:SimGo1",
+    "go1": "hardware.go1_unitree:UnitreeGo1",
 }
 
 
@@ -41,4 +43,4 @@ def load_driver(name: str) -> type[Device]:
 
 
 __all__ = ["Arm", "ArmState", "Camera", "CameraFrame", "Device", "DeviceError", "JointLimits", "KeyAck",
-           "KeyPresser", "NotConnectedError", "REGISTRY", "load_driver", "load_registered"]
+           "KeyPresser", "Legged", "LeggedState", "NotConnectedError", "REGISTRY", "load_driver", "load_registered"]
