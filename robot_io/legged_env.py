@@ -85,7 +85,7 @@ class LeggedEnv(gym.Env):
         self.observation_space = spaces.Dict({
             "images": spaces.Dict({}),
             "state": spaces.Box(-np.inf, np.inf, (STATE_DIM,), np.float32),
-            "instruction": spaces.Text(max_length=1024),
+            "instruction": spaces.Text(max_length=1024, min_length=0),
             "t": spaces.Dict({client.device: spaces.Box(0, np.iinfo(np.int64).max, (), np.int64)}),
         })
         self.last_state: Message | None = None
