@@ -99,7 +99,7 @@ class LeggedEnv(gym.Env):
             st = self.reader.latest(self.timeout_s, newer_than_ns)
         self.last_state = st
         return {"images": {}, "state": legged_state_vector(st), "instruction": self.instruction,
-                "t": {self.client.device: np.int64(st.t_mono_ns)}}
+                "t": {self.client.device: np.asarray(st.t_mono_ns, np.int64)}}
 
     def reset(self, *, seed: int | None = None, options: dict | None = None):
         super().reset(seed=seed)
