@@ -1,5 +1,5 @@
 """Real Unitree Go1 over the Unitree legged SDK's Python API (``robot_interface`` from
-``unitree_legged_sdk`` v3.8, built from source: the optional extra ``go1`` documents it), behind
+``unitree_legged_sdk`` v3.8: the optional extra ``go1``, or built from source), behind
 the same ``Legged`` interface as the simulator.
 
 The SDK talks UDP to the robot at one of two levels, chosen at construction (``level``) because the
