@@ -199,3 +199,19 @@ def test_legged_env_walks_in_the_fast_sim(fast_server):
         np.testing.assert_allclose(obs["state"][:12], q, atol=0.05)
     finally:
         jenv.close()
+
+
+def test_sim_go1_site_builds_a_legged_server_and_refuses_arm_limits():
+    import hardware
+    from robot_io.site import SiteError, build_servers, load_site, parse_site
+
+    site = load_site("sim-go1")
+    (srv,) = build_servers(site, hardware.load_driver)
+    assert isinstance(srv.service, LeggedService) and srv.service.limits.max_velocity == (0.5, 0.3, 1.0)
+    raw = {"devices": {"go1": {"driver": "sim_go1", "command": "tcp://127.0.0.1:5580",
+                               "params": {"realtime": False}, "limits": {"max_step_m": 0.02}}}}
+    with pytest.raises(SiteError, match="devices.go1.limits.*unknown legged limit"):
+        build_servers(parse_site(raw), hardware.load_driver)
+    with pytest.raises(SiteError, match="devices.go1.limits"):
+        parse_site({"devices": {"go1": {"driver": "sim_go1", "command": "tcp://127.0.0.1:5580",
+                                        "limits": {"max_velocity": [1.0, 2.0]}}}})
