@@ -1,5 +1,5 @@
 # Two commands for a newcomer: `make demo` and `make test`. Each sets up what it needs the first
-# time (apt packages, .venv, pip packages, the Panda model) and is quick the second time.
+# time (apt packages, .venv, pip packages, the Panda and Go1 models) and is quick the second time.
 SHELL := /bin/bash
 VENV := .venv
 PY := $(VENV)/bin/python
@@ -31,6 +31,8 @@ $(STAMPS)/venv: pyproject.toml $(STAMPS)/apt
 	@$(PY) -m pip install -q -e '.[sim,realsense,franka,data,vla,teleop,rig,dev]'
 	@echo ">> installing robot models (genesis-world --no-deps: MuJoCo Menagerie Franka Panda)"
 	@$(PY) -m pip install -q --no-deps genesis-world
+	@echo ">> installing robot models (mjlab --no-deps: Unitree Go1)"
+	@$(PY) -m pip install -q --no-deps mjlab
 	@touch $@
 
 demo: setup

@@ -6,7 +6,7 @@ vendor library.
 """
 
 from hardware.base import (Arm, ArmState, Camera, CameraFrame, Device, DeviceError, JointLimits, KeyAck, KeyPresser,
-                           NotConnectedError, Screen, ScreenFrame)
+                           Legged, LeggedState, NotConnectedError, Screen, ScreenFrame)
 
 REGISTRY: dict[str, str] = {
     "sim_franka": "hardware.sim_franka:SimFranka",
@@ -20,6 +20,8 @@ REGISTRY: dict[str, str] = {
     "emulated_keypresser": "hardware.emulated_keypresser:EmulatedKeyPresser",
     "ale_screen": "hardware.ale_screen:AleScreen",
     "screen_camera": "hardware.screen_camera:ScreenCamera",
+    "sim_go1": "hardware.sim_go1:SimGo1",
+    "go1": "hardware.go1_unitree:UnitreeGo1",
 }
 
 
@@ -43,4 +45,5 @@ def load_driver(name: str) -> type[Device]:
 
 
 __all__ = ["Arm", "ArmState", "Camera", "CameraFrame", "Device", "DeviceError", "JointLimits", "KeyAck",
-           "KeyPresser", "NotConnectedError", "REGISTRY", "Screen", "ScreenFrame", "load_driver", "load_registered"]
+           "KeyPresser", "Legged", "LeggedState", "NotConnectedError", "REGISTRY", "Screen", "ScreenFrame",
+           "load_driver", "load_registered"]

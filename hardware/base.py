@@ -151,6 +151,114 @@ class Arm(Device):
 
 
 # --------------------------------------------------------------------------------------------
+# Legged (quadruped)
+# --------------------------------------------------------------------------------------------
+
+
+LEGGED_MODES = ("joint", "velocity", "stand", "sit", "damp", "safe")
+"""What a legged robot's own controller is doing (``LeggedState.mode``): tracking the client's
+joint targets, walking at the client's body velocity, standing up / holding the stand posture
+(the recovery controller), sitting down, damping (no position control, joints resist motion), or
+its safe state (damping, then the sit posture)."""
+
+
+@dataclasses.dataclass
+class LeggedState:
+    """Measured state of a quadruped. Joints in the Unitree order FR, FL, RR, RL x (hip, thigh,
+    calf). IMU quantities in the trunk (IMU) frame; the quaternion is (w, x, y, z), world from trunk."""
+
+    q: np.ndarray  # [12] float64 joint positions, rad
+    dq: np.ndarray  # [12] float64 joint velocities, rad/s
+    tau: np.ndarray  # [12] float64 estimated joint torques, N m
+    quat: np.ndarray  # [4] trunk orientation (w, x, y, z)
+    gyro: np.ndarray  # [3] angular velocity, rad/s, trunk frame
+    accel: np.ndarray  # [3] linear acceleration (specific force, gravity included), m/s^2, trunk frame
+    foot_force: np.ndarray  # [4] foot contact force, N (FR, FL, RR, RL)
+    base_height: float  # trunk height above the floor, m (NaN where the robot cannot measure it)
+    tilt: float  # angle between the trunk's up axis and the vertical, rad (from quat)
+    fallen: bool  # a fall is detected (tilt / height limits; in simulation also trunk-floor contact)
+    mode: str  # one of LEGGED_MODES
+    t_mono_ns: int  # time.monotonic_ns() when the state was measured
+    safe: bool = False  # True while in the safe state (after a watchdog trip / stop) until the next command
+    extras: dict[str, np.ndarray] = dataclasses.field(default_factory=dict)
+    """Optional extra arrays (a simulator adds privileged ones: ``base_pos``, ``base_lin_vel``, ``sim_time``)."""
+
+
+class Legged(Device):
+    """A quadruped with 12 position-controlled joints (Unitree Go1 class).
+
+    Commands set *targets* that the robot's own control loop tracks until the next command:
+
+    * ``command_joint_positions(q, kp, kd)``: joint targets [12] with PD gains (scalars or [12]):
+      torque = kp (q - q_meas) - kd dq_meas, clipped to the motors' torque limits.
+    * ``command_body_velocity(vx, vy, yaw_rate)``: walk (m/s forward, m/s left, rad/s
+      counter-clockwise, trunk frame) with the robot's gait controller.
+    * ``stand()``: the deterministic recovery / stand-up controller, then hold the stand posture.
+    * ``sit()``: lower into the sit posture. ``damp()``: damping mode (kp = 0, joints resist motion).
+    * ``damp_and_sit()`` is the safe state: damping first (a walking robot settles without a jolt),
+      then the sit posture. It must be fast and must not raise on a healthy device; the watchdog
+      calls it.
+    """
+
+    kind = "legged"
+    num_joints: int = 12
+    joint_names: tuple[str, ...] = ()
+    max_body_velocity: tuple[float, float, float] = (1.0, 0.5, 1.5)
+    """Largest |vx| (m/s), |vy| (m/s), |yaw_rate| (rad/s) the gait accepts."""
+    max_gains: tuple[float, float] = (100.0, 5.0)
+    """Largest kp (N m / rad) and kd (N m s / rad) a joint command may ask for."""
+
+    @property
+    @abc.abstractmethod
+    def joint_limits(self) -> JointLimits: ...
+
+    @abc.abstractmethod
+    def read_state(self) -> LeggedState: ...
+
+    @abc.abstractmethod
+    def command_joint_positions(self, q: np.ndarray, kp, kd) -> None:
+        """Track joint targets ``q`` [12] (already inside the joint ranges) with gains ``kp``, ``kd``."""
+
+    @abc.abstractmethod
+    def command_body_velocity(self, vx: float, vy: float, yaw_rate: float) -> None:
+        """Walk at this body velocity (already inside ``max_body_velocity``)."""
+
+    @abc.abstractmethod
+    def stand(self) -> None:
+        """Stand up (from sitting or a mildly perturbed stance) and hold the stand posture."""
+
+    @abc.abstractmethod
+    def sit(self) -> None:
+        """Lower into the sit posture and hold it."""
+
+    @abc.abstractmethod
+    def damp(self) -> None:
+        """Damping mode: no position control, every joint resists motion."""
+
+    @abc.abstractmethod
+    def damp_and_sit(self) -> None:
+        """Safe state: damp, then sit. Fast; never raises on a healthy device."""
+
+    @abc.abstractmethod
+    def reset(self, seed: int | None = None) -> LeggedState:
+        """Stand at the start pose (a simulator also resets its world, randomised from ``seed``)."""
+
+    def describe(self) -> dict[str, Any]:
+        lim = self.joint_limits
+        return {
+            **super().describe(),
+            "num_joints": self.num_joints,
+            "joint_names": list(self.joint_names),
+            "joint_lower": lim.lower.tolist(),
+            "joint_upper": lim.upper.tolist(),
+            "joint_velocity": lim.velocity.tolist(),
+            "max_body_velocity": list(self.max_body_velocity),
+            "max_gains": list(self.max_gains),
+            "modes": list(LEGGED_MODES),
+        }
+
+
+# --------------------------------------------------------------------------------------------
 # Camera
 # --------------------------------------------------------------------------------------------
 

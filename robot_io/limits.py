@@ -1,4 +1,4 @@
-"""Server-side safety limits for an arm, enforced next to the hardware (the bridge server).
+"""Server-side safety limits for an arm and a legged robot, enforced next to the hardware (the bridge server).
 
 Every clip is reported by name in the reply's ``clipped`` list, so a client always knows the
 command that was actually applied.
@@ -104,3 +104,78 @@ def quat_mul(a, b) -> np.ndarray:
                      w1 * x2 + x1 * w2 + y1 * z2 - z1 * y2,
                      w1 * y2 - x1 * z2 + y1 * w2 + z1 * x2,
                      w1 * z2 + x1 * y2 - y1 * x2 + z1 * w2])
+
+
+@dataclasses.dataclass(frozen=True)
+class LeggedLimits:
+    max_velocity: tuple[float, float, float] = (0.5, 0.3, 1.0)
+    """Largest |vx| (m/s), |vy| (m/s) and |yaw rate| (rad/s) a body_velocity command may ask for."""
+    max_joint_step_rad: float = 0.3
+    """Largest distance of a legged_joints target from the measured joint position (rad)."""
+    joint_margin_rad: float = 0.02
+    """Joint targets stay this far inside the hardware joint range (rad)."""
+    max_kp: float = 100.0
+    """Largest position gain a legged_joints command may ask for (N m / rad)."""
+    max_kd: float = 5.0
+    """Largest damping gain a legged_joints command may ask for (N m s / rad)."""
+
+    def __post_init__(self) -> None:
+        v = np.asarray(self.max_velocity, np.float64)
+        if v.shape != (3,) or not (v >= 0).all():
+            raise ValueError("limits.max_velocity must be 3 non-negative numbers (vx m/s, vy m/s, yaw rate rad/s)")
+        for f in ("max_joint_step_rad", "max_kp", "max_kd"):
+            if not getattr(self, f) > 0:
+                raise ValueError(f"limits.{f} must be positive, got {getattr(self, f)}")
+        if not self.joint_margin_rad >= 0:
+            raise ValueError(f"limits.joint_margin_rad must be >= 0, got {self.joint_margin_rad}")
+
+    @classmethod
+    def from_dict(cls, d: dict | None) -> "LeggedLimits":
+        d = dict(d or {})
+        known = {f.name for f in dataclasses.fields(cls)}
+        unknown = set(d) - known
+        if unknown:
+            raise ValueError(f"unknown legged limit(s) {sorted(unknown)}; known: {sorted(known)}")
+        if "max_velocity" in d:
+            d["max_velocity"] = tuple(float(x) for x in d["max_velocity"])
+        return cls(**d)
+
+
+LIMITS: dict[str, type] = {"arm": ArmLimits, "legged": LeggedLimits}
+"""Device kind -> its limits class (a site's ``limits`` mapping is parsed by the device's kind)."""
+
+
+def check_limits(d: dict | None) -> None:
+    """Raise ValueError unless ``d`` parses as the limits of some device kind (the site parser does not
+    know a device's kind before its driver is imported; ``Service.from_spec`` checks the kind's own)."""
+    errors = []
+    for cls in LIMITS.values():
+        try:
+            cls.from_dict(d)
+            return
+        except (TypeError, ValueError) as e:
+            errors.append(str(e))
+    raise ValueError("; or ".join(errors))
+
+
+def clip_velocity(lim: LeggedLimits, v, device_max=None):
+    """(applied [3] float64, clipped names) for a body_velocity command."""
+    m = np.asarray(lim.max_velocity, np.float64)
+    if device_max is not None:
+        m = np.minimum(m, np.asarray(device_max, np.float64))
+    v = np.asarray(v, np.float64)
+    out = np.clip(v, -m, m)
+    clipped = [f"velocity:{n}" for n, a, b in zip(("vx", "vy", "yaw_rate"), v, out) if a != b]
+    return out, clipped
+
+
+def clip_gains(lim: LeggedLimits, kp, kd):
+    """(kp [12], kd [12], clipped names): gains clipped to [0, max]."""
+    kp, kd = np.asarray(kp, np.float64), np.asarray(kd, np.float64)
+    kp2, kd2 = np.clip(kp, 0.0, lim.max_kp), np.clip(kd, 0.0, lim.max_kd)
+    clipped = []
+    if not np.array_equal(kp2, kp):
+        clipped.append("kp:range")
+    if not np.array_equal(kd2, kd):
+        clipped.append("kd:range")
+    return kp2, kd2, clipped

@@ -24,7 +24,7 @@ A :class:`DeviceServer` puts one device behind the bridge. It owns two threads:
 
 Services adapt a ``hardware`` device to the wire, one per device kind (:data:`SERVICES`). They
 duck-type the device (robot_io never imports hardware), so any object with the
-``hardware.base.Arm`` / ``Camera`` / ``KeyPresser`` / ``Screen`` methods works.
+``hardware.base.Arm`` / ``Camera`` / ``KeyPresser`` / ``Screen`` / ``Legged`` methods works.
 """
 
 from __future__ import annotations
@@ -430,14 +430,124 @@ class ScreenService(Service):
             yield Message("game_state", self.name, arrays, meta, t_mono_ns=int(f.t_mono_ns))
 
 
+class LeggedService(Service):
+    """A ``Legged`` robot (Go1) behind the bridge: legged_joints / body_velocity / stand / sit / damp /
+    reset / capture. Joint targets are clipped to the joint range (less ``joint_margin_rad``) and to
+    ``max_joint_step_rad`` of the measured position, gains to [0, max_kp] / [0, max_kd], body
+    velocities to the smaller of ``limits.max_velocity`` and the device's ``max_body_velocity``;
+    the reply names every clip. The safe state (watchdog, ``stop``, ``release``) is the device's
+    ``damp_and_sit``. ``damp`` is not a motion (it is a safe command and never arms the watchdog)."""
+
+    kind = "legged"
+    accepts = frozenset({"legged_joints", "body_velocity", "stand", "sit", "damp", "reset", "capture"})
+    motion_types = frozenset({"legged_joints", "body_velocity", "stand", "sit"})
+    POSES = ("stand", "sit")
+
+    @classmethod
+    def from_spec(cls, name: str, device: Any, spec: Any) -> "LeggedService":
+        return cls(name, device, L.LeggedLimits.from_dict(spec.limits), state_hz=spec.state_hz)
+
+    def __init__(self, name: str, device: Any, limits: L.LeggedLimits | None = None, state_hz: float = 100.0) -> None:
+        super().__init__(name, device)
+        self.limits = limits or L.LeggedLimits()
+        self.state_hz = float(state_hz)
+        self.fast = getattr(device, "realtime", True) is False  # as ArmService: one control period per command
+
+    def describe(self) -> dict:
+        d = super().describe()
+        d["limits"] = {k: (list(v) if isinstance(v, tuple) else v) for k, v in vars(self.limits).items()}
+        d["state_hz"] = self.state_hz
+        d["fast"] = self.fast
+        d["action"] = ("legged_joints: q, kp, kd [12] float32; body_velocity: velocity [3] float32 "
+                       "(vx m/s, vy m/s, yaw rate rad/s)")
+        return d
+
+    def _state_arrays(self) -> tuple[dict[str, np.ndarray], dict]:
+        s = self.device.read_state()
+        arrays = {
+            "q": np.asarray(s.q, np.float32), "dq": np.asarray(s.dq, np.float32), "tau": np.asarray(s.tau, np.float32),
+            "quat": np.asarray(s.quat, np.float32), "gyro": np.asarray(s.gyro, np.float32),
+            "accel": np.asarray(s.accel, np.float32), "foot_force": np.asarray(s.foot_force, np.float32),
+            "base_height": np.array([s.base_height], np.float32), "tilt": np.array([s.tilt], np.float32),
+        }
+        for k, v in (s.extras or {}).items():
+            arrays[k] = np.asarray(v)
+        return arrays, {"safe": bool(s.safe), "fallen": bool(s.fallen), "mode": str(s.mode),
+                        "state_t_mono_ns": int(s.t_mono_ns)}
+
+    def _advance(self) -> None:
+        if self.fast:
+            self.device.step()
+
+    def handle(self, msg: Message):
+        t = msg.type
+        if t == "legged_joints":
+            lim = self.device.joint_limits
+            n = len(lim.lower)
+            q = check_array(msg, "q", "float32", (n,)).astype(np.float64)
+            kp = check_array(msg, "kp", "float32", (n,))
+            kd = check_array(msg, "kd", "float32", (n,))
+            s = self.device.read_state()
+            q2, clipped = L.clip_joints(self.limits, np.asarray(s.q), q, np.asarray(lim.lower), np.asarray(lim.upper))
+            kp2, kd2, clipped_gains = L.clip_gains(self.limits, kp, kd)
+            self.device.command_joint_positions(q2, kp2, kd2)
+            self._advance()
+            return ({"applied": q2.astype(np.float32), "kp": kp2.astype(np.float32), "kd": kd2.astype(np.float32)},
+                    {"clipped": clipped + clipped_gains})
+        if t == "body_velocity":
+            v = check_array(msg, "velocity", "float32", (3,))
+            v2, clipped = L.clip_velocity(self.limits, v, getattr(self.device, "max_body_velocity", None))
+            self.device.command_body_velocity(*(float(x) for x in v2))
+            self._advance()
+            return {"applied": v2.astype(np.float32)}, {"clipped": clipped}
+        if t in ("stand", "sit", "damp"):
+            getattr(self.device, t)()
+            self._advance()
+            return self._state_arrays()
+        if t == "reset":
+            seed = msg.get("seed")
+            if seed is not None and not (type(seed) is int and 0 <= seed <= MAX_SEED):
+                raise CommandRefused("bad_field", f"reset seed must be nil or an integer in [0, 2**63), "
+                                     f"got {seed!r:.40}", "seed")
+            pose = msg.get("pose")
+            if pose is not None and pose not in self.POSES:
+                raise CommandRefused("bad_field", f"reset pose must be one of {list(self.POSES)} or nil, "
+                                     f"got {pose!r:.40}", "pose")
+            self.device.reset(seed=seed, **({"pose": pose} if pose is not None else {}))
+            return self._state_arrays()
+        if t == "capture":
+            return self._state_arrays()
+        return super().handle(msg)
+
+    def safe_state(self) -> None:
+        try:
+            self.device.damp_and_sit()
+        except Exception:  # called by the watchdog: never raise there
+            log.exception("legged %s: damp_and_sit failed in the safe state", self.name)
+
+    def stream(self, stop: threading.Event) -> Iterator[Message]:
+        period = 1.0 / self.state_hz
+        next_t = time.monotonic()
+        while not stop.is_set():
+            arrays, meta = self._state_arrays()
+            yield Message("state", self.name, arrays, meta, t_mono_ns=meta["state_t_mono_ns"])
+            next_t += period
+            wait = next_t - time.monotonic()
+            if wait > 0:
+                stop.wait(wait)
+            else:
+                next_t = time.monotonic()
+
+
 SERVICES: dict[str, type[Service]] = {
     "arm": ArmService,
     "camera": CameraService,
     "keyboard": KeyboardService,
     "screen": ScreenService,
+    "legged": LeggedService,
 }
 """Device kind (a driver's ``kind``) -> the service that serves it; ``robot_io.site.build_servers``
-looks drivers up here. A new kind (e.g. legged) is a Service subclass, its command types in
+looks drivers up here. A new kind is a Service subclass, its command types in
 ``robot_io.wire`` and one line here."""
 
 

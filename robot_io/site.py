@@ -43,7 +43,7 @@ from typing import Any, Callable
 
 import yaml
 
-from robot_io.limits import ArmLimits
+from robot_io.limits import check_limits
 from robot_io.security import CurveKeys
 
 PRESET_DIR = "sites"
@@ -156,7 +156,7 @@ def parse_site(raw: Any, path: str = "<site>") -> SiteConfig:
             if k in d and not (isinstance(d[k], (int, float)) and d[k] > 0):
                 raise err(f"{where}.{k}", f"must be a positive number, got {d[k]!r}")
         try:
-            ArmLimits.from_dict(d.get("limits"))
+            check_limits(d.get("limits"))
         except (TypeError, ValueError) as e:
             raise err(f"{where}.limits", str(e)) from None
         cal = d.get("calibration")
@@ -254,7 +254,10 @@ def build_servers(site: SiteConfig, load_driver: Callable[[str], type], insecure
             raise SiteError(f"{site.path}: devices.{name}.params: {e}") from None
         built[name] = device
         cal = load_device_calibration(site, name, device)
-        service = service_cls.from_spec(name, device, spec)
+        try:
+            service = service_cls.from_spec(name, device, spec)
+        except ValueError as e:  # e.g. limits of another kind of device
+            raise SiteError(f"{site.path}: devices.{name}.limits: {e}") from None
         if cal is not None:
             service.calibration = cal.summary()
         servers.append(DeviceServer(service, spec.command, spec.stream if spec.streaming else None,

@@ -67,6 +67,16 @@ _TYPES = [
     MessageType("key_tap", "Keyboard: press `keys` and release them `hold_ms` later (timed by the microcontroller).",
                 ("req_id", "deadline_ns", "keys", "hold_ms")),
     MessageType("key_release_all", "Keyboard: release every key.", ("req_id", "deadline_ns")),
+    MessageType("legged_joints", "Legged: track joint targets `q` [12] rad with PD gains `kp` [12] (N m/rad) and "
+                "`kd` [12] (N m s/rad), all float32, Unitree order FR, FL, RR, RL x (hip, thigh, calf).",
+                ("req_id", "deadline_ns")),
+    MessageType("body_velocity", "Legged: walk at `velocity` [3] float32 = (vx m/s forward, vy m/s left, yaw rate "
+                "rad/s) in the trunk frame, with the robot's gait controller.", ("req_id", "deadline_ns")),
+    MessageType("stand", "Legged: stand up (the deterministic recovery controller) and hold the stand posture.",
+                ("req_id", "deadline_ns")),
+    MessageType("sit", "Legged: lower into the sit posture and hold it.", ("req_id", "deadline_ns")),
+    MessageType("damp", "Legged: damping mode (no position control; the joints resist motion).",
+                ("req_id", "deadline_ns")),
     MessageType("describe", "Return the device description, limits and stream layout.", ("req_id", "deadline_ns")),
     MessageType("ping", "Round-trip check; the reply echoes the request.", ("req_id", "deadline_ns")),
     MessageType("heartbeat", "Keep-alive: feeds the device watchdog when it comes from the device's owner "
@@ -106,6 +116,7 @@ HEADER_FIELD_TYPES: dict[str, tuple[type, ...]] = {
     "field": (str, _NONE),
     "seed": (int, _NONE),  # reset: nil = the simulator continues its generator
     "task": (str, _NONE),
+    "pose": (str, _NONE),  # legged reset: "stand" (default) or "sit" (a simulator starts there)
     "tick": (int,),  # policy_request / chunk: the client's control tick
     "instruction": (str,),  # policy_request: the prompt
     "infer_ns": (int,),  # chunk: the model's time
