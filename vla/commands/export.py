@@ -24,8 +24,10 @@ examples:
 
 The instruction is embedded at export (MiniLM does not run on the edge): name every prompt the
 robot will be given with --instruction (repeat); the default is the instructions the checkpoint
-was trained on. --int8 also writes NAME.int8.onnx (dynamic quantisation: int8 weights); its
-difference from torch is reported, not bounded -- check its success rate in sim before using it.
+was trained on. --int8 also writes NAME.int8.onnx (dynamic quantisation of the dense layers:
+int8 weights per channel; the conv trunk stays fp32, quantising it cost success and speed); its
+difference from torch is reported, not bounded -- check its success rate in sim before using it:
+  vla eval --checkpoint deploy/pick.int8.onnx --task pick_red_cube --episodes 50
 """)
     asub = p.add_subparsers(dest="export_command", metavar="WHAT", required=True)
     q = asub.add_parser("policy", help="the compact VLA's sampler (optionally DSRL-steered)",
@@ -53,7 +55,7 @@ difference from torch is reported, not bounded -- check its success rate in sim 
 
 def _common(q) -> None:
     q.add_argument("--out", required=True, help="the .onnx file to write (its folder is created)")
-    q.add_argument("--int8", action="store_true", help="also write NAME.int8.onnx, dynamically quantised to int8")
+    q.add_argument("--int8", action="store_true", help="also write NAME.int8.onnx: dense layers dynamically quantised to int8")
     q.add_argument("--samples", type=int, default=8,
                    help="random observations per instruction in the parity check (default 8)")
     q.add_argument("--seed", type=int, default=0, help="seed of the parity check's random inputs")
