@@ -93,6 +93,7 @@ import mujoco  # noqa: E402
 import numpy as np  # noqa: E402
 
 from hardware.base import Arm, ArmState, DeviceError, JointLimits  # noqa: E402
+from hardware.realtime_physics import RealtimePhysics  # noqa: E402
 
 log = logging.getLogger(__name__)
 
@@ -302,7 +303,7 @@ def build_model(physics_hz: float = 500.0, board: dict | None = None) -> mujoco.
     return spec.compile()
 
 
-class SimFranka(Arm):
+class SimFranka(RealtimePhysics, Arm):
     """Simulated Franka Panda (see the module docstring for scene, controller and timing)."""
 
     def __init__(self, name: str = "arm", realtime: bool = True, physics_hz: float = 500.0,
@@ -352,10 +353,7 @@ class SimFranka(Arm):
         self._ee_target: tuple[np.ndarray, np.ndarray] | None = None
         self._safe = False
         self._substep = 0  # physics steps since construction (IK runs every _ik_every of them)
-        self._thread: threading.Thread | None = None
-        self._stop = threading.Event()
-        self._reanchor = True
-        self._late = 0
+        self._init_realtime()
         with self._lock:
             self._reset_locked(self._rng)
 
@@ -383,26 +381,11 @@ class SimFranka(Arm):
         return OBJECT_NAMES
 
     @property
-    def realtime_stats(self) -> dict[str, Any]:
-        """``late``: how often the physics thread fell more than ``max_lag_s`` behind the wall clock."""
-        return {"late": self._late, "sim_time": self.sim_time, "running": self._thread is not None}
+    def _tick_steps(self) -> int:
+        """Physics steps per control tick (the real-time thread steps whole ticks)."""
+        return self._ik_every
 
     # -- lifecycle ----------------------------------------------------------------------------
-    def _connect(self) -> None:
-        if self.realtime:
-            self._stop.clear()
-            self._reanchor = True
-            self._thread = threading.Thread(target=self._run, name=f"sim-franka-{self.name}", daemon=True)
-            self._thread.start()
-
-    def _disconnect(self) -> None:
-        if self._thread is not None:
-            self._stop.set()
-            self._thread.join(timeout=2.0)
-            if self._thread.is_alive():
-                log.error("SimFranka %r: physics thread did not stop within 2 s", self.name)
-            self._thread = None
-
     def describe(self) -> dict[str, Any]:
         from hardware.sim_tasks import TASKS  # numpy only; imported on use
 
@@ -671,28 +654,3 @@ class SimFranka(Arm):
         null = (HOME_Q - q0) * self._ik_dt
         null -= J.T @ np.linalg.solve(A, J @ null)
         return (q - q0) + null
-
-    # -- real-time thread ---------------------------------------------------------------------
-    def _run(self) -> None:
-        wall0, steps_done = time.monotonic(), 0
-        while not self._stop.is_set():
-            with self._lock:
-                if self._reanchor:
-                    self._reanchor = False
-                    wall0, steps_done = time.monotonic(), 0
-                due = int((time.monotonic() - wall0) / self.timestep) - steps_done
-                if due * self.timestep > self.max_lag_s:
-                    self._late += 1
-                    if self._late == 1 or self._late % 100 == 0:
-                        log.warning("SimFranka %r: physics fell %.3f s behind real time (%d times); dropping "
-                                    "the backlog", self.name, due * self.timestep, self._late)
-                    steps_done += due - self._ik_every  # forget the backlog, keep one tick
-                    due = self._ik_every
-                if due >= self._ik_every:
-                    k = self._ik_every - self._substep % self._ik_every
-                    self._step_locked(k)
-                    steps_done += k
-            next_t = wall0 + (steps_done + self._ik_every) * self.timestep
-            wait = next_t - time.monotonic()
-            if wait > 0:
-                self._stop.wait(wait)

@@ -57,6 +57,7 @@ import numpy as np  # noqa: E402
 
 from hardware import go1_control as gc  # noqa: E402
 from hardware.base import DeviceError, JointLimits, Legged, LeggedState  # noqa: E402
+from hardware.realtime_physics import RealtimePhysics  # noqa: E402
 
 log = logging.getLogger(__name__)
 
@@ -114,7 +115,7 @@ def build_model(physics_hz: float = 500.0) -> mujoco.MjModel:
     return spec.compile()
 
 
-class SimGo1(Legged):
+class SimGo1(RealtimePhysics, Legged):
     """Simulated Unitree Go1 (see the module docstring for the model, the controller and timing)."""
 
     joint_names = gc.JOINT_NAMES
@@ -178,10 +179,7 @@ class SimGo1(Legged):
         self._fallen = False
         self._falls = 0
         self._substep = 0
-        self._thread: threading.Thread | None = None
-        self._stop = threading.Event()
-        self._reanchor = True
-        self._late = 0
+        self._init_realtime()
         with self._lock:
             self._reset_locked(self._rng, "stand")
 
@@ -210,25 +208,11 @@ class SimGo1(Legged):
         return self._recovery
 
     @property
-    def realtime_stats(self) -> dict[str, Any]:
-        return {"late": self._late, "sim_time": self.sim_time, "running": self._thread is not None}
+    def _tick_steps(self) -> int:
+        """Physics steps per control tick (the real-time thread steps whole ticks)."""
+        return self._every
 
     # -- lifecycle ----------------------------------------------------------------------------
-    def _connect(self) -> None:
-        if self.realtime:
-            self._stop.clear()
-            self._reanchor = True
-            self._thread = threading.Thread(target=self._run, name=f"sim-go1-{self.name}", daemon=True)
-            self._thread.start()
-
-    def _disconnect(self) -> None:
-        if self._thread is not None:
-            self._stop.set()
-            self._thread.join(timeout=2.0)
-            if self._thread.is_alive():
-                log.error("SimGo1 %r: physics thread did not stop within 2 s", self.name)
-            self._thread = None
-
     def describe(self) -> dict[str, Any]:
         return {**super().describe(), "sim": True, "physics_hz": self.physics_hz, "control_hz": self.control_hz,
                 "control_dt": self.control_dt, "realtime": self.realtime, "fall_tilt_rad": self.fall_tilt_rad,
@@ -453,28 +437,3 @@ class SimGo1(Legged):
             n -= k
             if self._substep % self._every == 0:
                 self._check_fall_locked()
-
-    # -- real-time thread ---------------------------------------------------------------------
-    def _run(self) -> None:
-        wall0, steps_done = time.monotonic(), 0
-        while not self._stop.is_set():
-            with self._lock:
-                if self._reanchor:
-                    self._reanchor = False
-                    wall0, steps_done = time.monotonic(), 0
-                due = int((time.monotonic() - wall0) / self.timestep) - steps_done
-                if due * self.timestep > self.max_lag_s:
-                    self._late += 1
-                    if self._late == 1 or self._late % 100 == 0:
-                        log.warning("SimGo1 %r: physics fell %.3f s behind real time (%d times); dropping the "
-                                    "backlog", self.name, due * self.timestep, self._late)
-                    steps_done += due - self._every
-                    due = self._every
-                if due >= self._every:
-                    k = self._every - self._substep % self._every
-                    self._step_locked(k)
-                    steps_done += k
-            next_t = wall0 + (steps_done + self._every) * self.timestep
-            wait = next_t - time.monotonic()
-            if wait > 0:
-                self._stop.wait(wait)

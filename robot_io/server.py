@@ -65,6 +65,23 @@ SERVER_TYPES = frozenset({"ping", "describe", "heartbeat", "stop", "release"})
 lists the others, which it applies in :meth:`Service.handle`."""
 
 
+def paced_states(service, stop: threading.Event) -> Iterator[Message]:
+    """``state`` messages from ``service._state_arrays()`` at ``service.state_hz`` on an absolute
+    schedule (a late sample moves the schedule to now instead of bursting to catch up): the stream of
+    the arm and legged services."""
+    period = 1.0 / service.state_hz
+    next_t = time.monotonic()
+    while not stop.is_set():
+        arrays, meta = service._state_arrays()
+        yield Message("state", service.name, arrays, meta, t_mono_ns=meta["state_t_mono_ns"])
+        next_t += period
+        wait = next_t - time.monotonic()
+        if wait > 0:
+            stop.wait(wait)
+        else:
+            next_t = time.monotonic()
+
+
 class Service:
     """Adapts one kind of device to the wire. A subclass names its ``kind`` (the key in
     :data:`SERVICES`), the wire command types it applies (``accepts``, all in
@@ -220,17 +237,7 @@ class ArmService(Service):
         self.device.hold()
 
     def stream(self, stop: threading.Event) -> Iterator[Message]:
-        period = 1.0 / self.state_hz
-        next_t = time.monotonic()
-        while not stop.is_set():
-            arrays, meta = self._state_arrays()
-            yield Message("state", self.name, arrays, meta, t_mono_ns=meta["state_t_mono_ns"])
-            next_t += period
-            wait = next_t - time.monotonic()
-            if wait > 0:
-                stop.wait(wait)
-            else:
-                next_t = time.monotonic()
+        return paced_states(self, stop)
 
 
 class CameraService(Service):
@@ -526,17 +533,7 @@ class LeggedService(Service):
             log.exception("legged %s: damp_and_sit failed in the safe state", self.name)
 
     def stream(self, stop: threading.Event) -> Iterator[Message]:
-        period = 1.0 / self.state_hz
-        next_t = time.monotonic()
-        while not stop.is_set():
-            arrays, meta = self._state_arrays()
-            yield Message("state", self.name, arrays, meta, t_mono_ns=meta["state_t_mono_ns"])
-            next_t += period
-            wait = next_t - time.monotonic()
-            if wait > 0:
-                stop.wait(wait)
-            else:
-                next_t = time.monotonic()
+        return paced_states(self, stop)
 
 
 SERVICES: dict[str, type[Service]] = {
