@@ -249,7 +249,8 @@ def play(env, policy, seconds: float | None, episodes: int, max_steps: int | Non
         ep += 1
         if (t_end is not None and time.monotonic() >= t_end) or (t_end is None and ep >= episodes):
             break
-    return {"scores": scores, "episodes": len(scores), "rig": env.stats()}
+    return {"scores": scores, "episodes": len(scores), "rig": env.stats(),
+            "latencies_ms": [round(x, 3) for x in env.latencies_ms]}
 
 
 def run_agent(args) -> int:
@@ -276,12 +277,14 @@ def run_agent(args) -> int:
                       args.frames_per_step, args.max_steps)
         try:
             res = play(env, policy, args.seconds, args.episodes, args.max_steps, args.seed)
+            screen_end = rig.screen.describe()
         finally:
             env.close()
     finally:
         rig.close()
     res.update(policy=args.policy, source=args.source, frames_per_step=args.frames_per_step,
-               camera=rig.camera_desc, screen={k: rig.screen_desc.get(k) for k in ("game", "fps", "stats")})
+               camera=rig.camera_desc,
+               screen={k: screen_end.get(k) for k in ("game", "fps", "stats", "keys", "hid_reports", "hid_bad_reports")})
     r = res["rig"]
     print(f"{res['episodes']} episode(s), scores {res['scores']}; frame->key p50 "
           f"{r.get('frame_to_key_ms_p50', float('nan')):.1f} ms p99 {r.get('frame_to_key_ms_p99', float('nan')):.1f} ms, "
