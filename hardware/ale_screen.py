@@ -16,6 +16,9 @@ site's params, see :data:`KEY_SOURCES`):
   host listens to the Pico's USB HID reports. Its serial end is ``describe()["mcu_port"]``; with
   ``mcu_link: PATH`` a symlink to it is made there, so a site's ``serial_keypresser`` (the edge
   side, possibly another process) can name a fixed ``port:`` like a udev link of the real Pico.
+* ``"hid_socket"``: the microcontroller is emulated in another process (``vla rig mcu``) and
+  pushes its HID reports (the held keys) to ``hid_endpoint``, where the screen listens
+  (:class:`HidSocketKeys`): the emulated rig with every part in its own process.
 
 Key maps (``KEY_MAPS``; a game not listed uses ``DEFAULT_KEY_MAP``): each key names one
 component of an ALE action -- UP, DOWN, LEFT, RIGHT or FIRE. The held keys' components are
@@ -155,7 +158,69 @@ class EmulatedMcuKeys:
         return {"keys": "emulated_mcu", "mcu_port": self.mcu.port, "mcu_link": self.link, "mcu": self.mcu.stats()}
 
 
-KEY_SOURCES: dict[str, type | None] = {"none": None, "emulated_mcu": EmulatedMcuKeys}
+class HidSocketKeys:
+    """Key source ``hid_socket``: the USB HID link of a microcontroller emulated in *another* process
+    (``python -m hardware.keyboard_mcu_emulator --hid ENDPOINT``, ``vla rig mcu``). The screen binds a
+    ZMQ PULL socket at ``hid_endpoint``; the emulator pushes the set of held keys (a msgpack list of
+    key names) each time it changes, as the Pico sends a HID report. Names outside the rig's keys
+    are dropped and counted (``bad_reports``)."""
+
+    def __init__(self, link: str | None = None, timeout_ms: int = kp.HEARTBEAT_TIMEOUT_MS,
+                 endpoint: str = "tcp://127.0.0.1:5589") -> None:
+        self.endpoint = endpoint
+        self.reports = self.bad_reports = 0
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._sock = None
+
+    def start(self, on_change: Callable[[frozenset], None]) -> None:
+        import zmq
+
+        self._sock = zmq.Context.instance().socket(zmq.PULL)
+        self._sock.setsockopt(zmq.LINGER, 0)
+        try:
+            self._sock.bind(self.endpoint)
+        except zmq.ZMQError as e:
+            self._sock.close()
+            raise DeviceError(f"hid_socket: cannot bind {self.endpoint}: {e}") from None
+        self._stop.clear()
+        self._thread = threading.Thread(target=self._run, args=(on_change,), daemon=True, name="screen-hid")
+        self._thread.start()
+
+    def _run(self, on_change) -> None:
+        import msgpack
+
+        sock = self._sock
+        while not self._stop.is_set():
+            if not sock.poll(50):
+                continue
+            try:
+                keys = msgpack.unpackb(sock.recv(), raw=False)
+                if not isinstance(keys, list):
+                    raise ValueError("not a list")
+            except Exception as e:  # a malformed report is dropped, counted and logged; the link stays up
+                self.bad_reports += 1
+                log.warning("hid_socket: malformed report dropped: %s", e)
+                continue
+            good = frozenset(k for k in keys if isinstance(k, str) and k in kp.KEYS)
+            self.bad_reports += len(keys) - len(good)
+            self.reports += 1
+            on_change(good)
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=2)
+        if self._sock is not None:
+            self._sock.close(linger=0)
+            self._sock = None
+
+    def describe(self) -> dict[str, Any]:
+        return {"keys": "hid_socket", "hid_endpoint": self.endpoint, "hid_reports": self.reports,
+                "hid_bad_reports": self.bad_reports}
+
+
+KEY_SOURCES: dict[str, type | None] = {"none": None, "emulated_mcu": EmulatedMcuKeys, "hid_socket": HidSocketKeys}
 """``keys=`` names of the site params -> key source class (an object with ``start(on_change)``,
 ``stop()`` and ``describe()``; an instance may also be passed in directly)."""
 
@@ -169,7 +234,7 @@ class AleScreen(Screen):
     def __init__(self, name: str = "screen", game: str = "pong", fps: float = 60.0, seed: int | None = 0,
                  noop_max: int = 30, repeat_action_probability: float = 0.0, auto_reset: bool = False,
                  history: int = 120, keys: Any = "none", mcu_link: str | None = None,
-                 mcu_timeout_ms: int = kp.HEARTBEAT_TIMEOUT_MS) -> None:
+                 mcu_timeout_ms: int = kp.HEARTBEAT_TIMEOUT_MS, hid_endpoint: str | None = None) -> None:
         super().__init__(name)
         if fps <= 0:
             raise ValueError(f"screen {name!r}: fps must be positive, got {fps}")
@@ -184,7 +249,8 @@ class AleScreen(Screen):
             if keys not in KEY_SOURCES:
                 raise ValueError(f"screen {name!r}: keys={keys!r}; known key sources: {', '.join(KEY_SOURCES)}")
             src_cls = KEY_SOURCES[keys]
-            self.key_source = None if src_cls is None else src_cls(link=mcu_link, timeout_ms=mcu_timeout_ms)
+            extra = {"endpoint": hid_endpoint} if src_cls is HidSocketKeys and hid_endpoint else {}
+            self.key_source = None if src_cls is None else src_cls(link=mcu_link, timeout_ms=mcu_timeout_ms, **extra)
         else:
             self.key_source = keys  # an object with start(on_change) / stop() / describe()
         self.key_names = tuple(kp.KEYS)

@@ -9,10 +9,12 @@ heartbeats stop, like the firmware.
 
 Run it on its own (one process of the emulated rig) with::
 
-    python -m hardware.keyboard_mcu_emulator [--timeout-ms 250]
+    python -m hardware.keyboard_mcu_emulator [--timeout-ms 250] [--link PATH] [--hid ENDPOINT]
 
-which prints the pty path to give the host driver (``serial_keypresser``, ``port:``), then
-logs each change of the held keys until SIGTERM / Ctrl-C.
+which prints the pty path to give the host driver (``serial_keypresser``, ``port:``; ``--link``
+also makes a symlink to it at a fixed path, like a udev rule), then logs each change of the held
+keys until SIGTERM / Ctrl-C. ``--hid`` pushes each change (a msgpack list of key names) to a host
+screen listening there (``ale_screen`` with ``keys: hid_socket``): the USB HID side of the Pico.
 """
 
 from __future__ import annotations
@@ -158,18 +160,54 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description="Emulated keyboard-rig microcontroller on a pty.")
     ap.add_argument("--timeout-ms", type=int, default=kp.HEARTBEAT_TIMEOUT_MS,
                     help="release every key after this long without a valid frame from the host")
+    ap.add_argument("--link", default=None, metavar="PATH", help="also make a symlink to the pty here")
+    ap.add_argument("--hid", default=None, metavar="ENDPOINT",
+                    help="push each change of the held keys to the host screen listening here (zmq PUSH)")
+    ap.add_argument("--quiet", action="store_true", help="do not log each change of the held keys")
     args = ap.parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
+    logging.basicConfig(level=logging.WARNING if args.quiet else logging.INFO, format="%(asctime)s %(message)s")
     done = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: done.set())
-    mcu = EmulatedMicrocontroller(args.timeout_ms, on_change=lambda keys: log.info("held: %s", sorted(keys)))
+    push = None
+    if args.hid:
+        import msgpack
+        import zmq
+
+        push = zmq.Context.instance().socket(zmq.PUSH)
+        push.setsockopt(zmq.LINGER, 0)
+        push.setsockopt(zmq.SNDHWM, 100)
+        push.connect(args.hid)
+    push_lock = threading.Lock()
+
+    def on_change(keys: frozenset) -> None:
+        log.info("held: %s", sorted(keys))
+        if push is not None:
+            with push_lock:
+                try:
+                    push.send(msgpack.packb(sorted(keys)), zmq.NOBLOCK)
+                except zmq.Again:  # no host listening: a report lost, as on an unplugged cable
+                    log.warning("hid: no host listening at %s; report dropped", args.hid)
+
+    mcu = EmulatedMicrocontroller(args.timeout_ms, on_change=on_change)
     with mcu:
+        if args.link:
+            if os.path.islink(args.link):
+                os.unlink(args.link)
+            elif os.path.exists(args.link):
+                print(f"--link {args.link} exists and is not a symlink; not replacing it", file=sys.stderr)
+                return 2
+            os.symlink(mcu.port, args.link)
         print(mcu.port, flush=True)
         try:
             while not done.wait(0.5) and mcu.error is None:
                 pass
         except KeyboardInterrupt:
             pass
+        finally:
+            if args.link and os.path.islink(args.link):
+                os.unlink(args.link)
+            if push is not None:
+                push.close(linger=0)
     return 1 if mcu.error is not None else 0
 
 

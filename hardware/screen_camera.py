@@ -71,9 +71,14 @@ class ScreenCamera(Camera):
         super().__init__(name, width, height, fps, depth=False)
         from calibration.screen import ScreenMarkers  # numpy + OpenCV; the layout calibration looks for
 
+        if isinstance(screen, str):  # another process's screen: its game_state stream (hardware.remote_screen)
+            from hardware.remote_screen import RemoteScreen
+
+            screen = RemoteScreen(screen, name=f"{name}-screen")
         if screen is None or not hasattr(screen, "frame_at"):
             raise ValueError(f"camera {name!r}: screen= must be the screen it films (a hardware.base.Screen; in a "
-                             f"site: screen: \"@<screen device>\")")
+                             f"site: screen: \"@<screen device>\", or the screen's stream endpoint when it runs "
+                             f"in another process)")
         for k, v in (("blur_sigma", blur_sigma), ("noise_std", noise_std), ("flicker", flicker),
                      ("jitter_ms", jitter_ms), ("latency_ms", latency_ms), ("exposure", exposure)):
             if not (math.isfinite(v) and v >= 0):
@@ -188,6 +193,8 @@ class ScreenCamera(Camera):
 
     # -- lifecycle ------------------------------------------------------------------------------
     def _connect(self) -> None:
+        if hasattr(self.screen, "endpoint") and not self.screen.is_connected:  # a RemoteScreen: subscribe now
+            self.screen.connect()
         if not getattr(self.screen, "is_connected", True):
             raise DeviceError(f"camera {self.name!r}: the screen it films is not connected (list it before the camera)")
         self._rng = np.random.default_rng(self.seed)
@@ -196,7 +203,8 @@ class ScreenCamera(Camera):
         self.dropped = 0
 
     def _disconnect(self) -> None:
-        pass
+        if hasattr(self.screen, "endpoint"):
+            self.screen.disconnect()
 
     def describe(self) -> dict[str, Any]:
         return {**super().describe(), "sim": True, "films": getattr(self.screen, "name", None),

@@ -29,6 +29,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "export": ("vla.commands.export", "export a policy (compact VLA, + DSRL) or a success classifier to ONNX for the edge"),
     "calibrate": ("vla.commands.calibrate", "camera intrinsics, hand-eye and device latency, saved where the site names them"),
     "serve": ("vla.commands.serve", "serve a VLA (+ DSRL) on a GPU box to thin robot clients (`vla-client`)"),
+    "rig": ("vla.commands.rig", "the keyboard rig (Atari through a camera and a USB keyboard): host, camera, mcu, agent, calibrate"),
 }
 
 EPILOG = """\
