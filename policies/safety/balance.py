@@ -101,7 +101,7 @@ class BalanceCartEnv(gym.Env):
         self.steps += 1
         obs = self._obs()
         fall = bool(abs(obs[1]) > self.fall_rad)
-        reward = float(np.exp(-((obs[0] - self.v_target) / 0.5) ** 2))
+        reward = 0.5 + 0.5 * float(np.exp(-((obs[0] - self.v_target) / 0.5) ** 2))
         return obs, reward, fall, self.steps >= self.max_steps, {"fall": fall, "x": float(self.data.qpos[0])}
 
 
