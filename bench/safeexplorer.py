@@ -62,7 +62,7 @@ def make_body(name: str, max_steps: int | None):
         sys.path.insert(0, str(ROOT / "bench"))
         from go1_safe import Go1SafeEnv, recovery_spec
         T = max_steps or 500
-        return (lambda: Go1SafeEnv(max_steps=T)), recovery_spec, 0.5 * T, T
+        return (lambda: Go1SafeEnv(max_steps=T)), recovery_spec, 0.8 * T, T  # standing still earns 0.5 T
     raise ValueError(f"unknown body {name!r} (known: balance, go1)")
 
 
@@ -164,7 +164,7 @@ def main(argv=None) -> int:
     ap.add_argument("--seeds", type=int, default=3)
     ap.add_argument("--variants", default=",".join(VARIANTS), help="comma-separated subset of " + ", ".join(VARIANTS))
     ap.add_argument("--max-steps", type=int, default=None, help="episode length (balance 250, go1 500)")
-    ap.add_argument("--threshold", type=float, default=None, help="learner return to reach (balance 180, go1 250)")
+    ap.add_argument("--threshold", type=float, default=None, help="learner return to reach (balance 0.72 x episode length = 180, go1 0.8 x = 400)")
     ap.add_argument("--num-steps", type=int, default=2048, help="env steps per PPO rollout")
     ap.add_argument("--num-minibatches", type=int, default=8)
     ap.add_argument("--update-epochs", type=int, default=10)
