@@ -390,7 +390,7 @@ class SafeExplorer:
                         logs["kl"].append(float(((lr_.exp() - 1) - lr_).mean()))  # the k3 estimator of KL
                         logs["clipfrac"].append(float(((lr_.exp() - 1).abs() > c.clip_coef).float().mean()))
                 for k, v in (("pg", pg), ("v", v_loss), ("ent", ent), ("compat", cl)):
-                    logs[k].append(float(v))
+                    logs[k].append(float(v.detach()) if torch.is_tensor(v) else float(v))
         mean_ = lambda xs: float(np.mean(xs)) if xs else 0.0  # noqa: E731
         return {"losses/policy_loss": mean_(logs["pg"]), "losses/value_loss": mean_(logs["v"]),
                 "losses/entropy": mean_(logs["ent"]), "losses/compat_loss": mean_(logs["compat"]),
