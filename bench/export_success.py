@@ -33,6 +33,7 @@ import platform
 import subprocess
 import sys
 import tempfile
+import textwrap
 import time
 from pathlib import Path
 
@@ -154,7 +155,7 @@ def plot(summary: dict, path: Path, title: str) -> None:
 
     tasks = list(summary)
     variants = [v for v in VARIANTS if v in summary[tasks[0]]]
-    fig, ax = plt.subplots(figsize=(1.8 + 1.6 * len(tasks) * len(variants) / 3, 3.6))
+    fig, ax = plt.subplots(figsize=(max(5.5, 1.8 + 1.6 * len(tasks) * len(variants) / 3), 3.8))
     w = 0.8 / len(variants)
     colors = {"torch": "#555555", "fp32": "#1f77b4", "int8": "#ff7f0e"}
     for j, v in enumerate(variants):
@@ -169,7 +170,7 @@ def plot(summary: dict, path: Path, title: str) -> None:
     ax.set_xticks(np.arange(len(tasks)), tasks)
     ax.set_ylim(0, 1.05)
     ax.set_ylabel("success (95% Wilson)")
-    ax.set_title(title, fontsize=9)
+    ax.set_title(textwrap.fill(title, 60), fontsize=9)
     ax.legend(fontsize=8, loc="upper right")
     fig.tight_layout()
     fig.savefig(path, dpi=110)
