@@ -8,9 +8,13 @@ def test_presets_load():
     assert {"sim-franka", "sim-franka-fast", "franka-lab"} <= set(preset_names())
     for name in preset_names():
         site = load_site(name)
-        assert site.arm in site.devices or (site.arm is None and name == "sim-go1")  # a legged cell has no arm
         for d in site.devices.values():
             assert d.driver in hardware.REGISTRY, f"{name}: unknown driver {d.driver}"
+        kinds = {d.name: hardware.load_driver(d.driver).kind for d in site.devices.values()}
+        if site.arm is None:  # a legged cell or the keyboard rig: then no device is an arm
+            assert "arm" not in kinds.values(), f"{name}: has an arm device but names no robot.arm"
+        else:
+            assert kinds[site.arm] == "arm", f"{name}: robot.arm {site.arm!r} is a {kinds.get(site.arm)!r}"
 
 
 def test_typo_gets_did_you_mean():
