@@ -202,7 +202,7 @@ def main(argv: list[str] | None = None) -> int:
             while not done.wait(0.5) and mcu.error is None:
                 pass
         except KeyboardInterrupt:
-            pass
+            print("stopped (Ctrl-C)", file=sys.stderr)
         finally:
             if args.link and os.path.islink(args.link):
                 os.unlink(args.link)
