@@ -252,8 +252,18 @@ def test_reset_fails_loudly_when_recovery_fails(arm):
 def test_reset_is_interrupted_by_hold(arm):
     import threading
 
+    # The watchdog fires from its own thread once the move home is under way (not on a timer,
+    # which under load could fire before the move starts and so test nothing).
+    fired: list[threading.Thread] = []
+
+    def watchdog() -> None:
+        if not fired:
+            fired.append(threading.Thread(target=arm.hold))
+            fired[0].start()
+            fired[0].join()
+
     arm._robot.join_finishes = False
-    threading.Timer(0.1, arm.hold).start()
+    arm._robot.on_join_timeout = watchdog
     with pytest.raises(DeviceError, match="interrupted by hold"):
         arm.reset()
     assert isinstance(moves(arm._robot)[-1][1], fake_franky.JointStopMotion)

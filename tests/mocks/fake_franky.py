@@ -14,6 +14,7 @@ errors of a running motion surface from the next ``move`` / ``poll_motion`` / ``
 from __future__ import annotations
 
 import builtins
+import time
 from typing import Any
 
 import numpy as np
@@ -228,6 +229,7 @@ class Robot:
         self.has_errors_flag = False
         self.recover_ok = True
         self.join_finishes = True
+        self.on_join_timeout = None  # called each time join_motion times out (tests hook a watchdog here)
         self._dynamics = relative_dynamics_factor
         self._q = READY_Q.copy()
         self._ee = Affine([0.307, 0.0, 0.487], [1.0, 0.0, 0.0, 0.0])
@@ -277,6 +279,9 @@ class Robot:
     def join_motion(self, timeout: float | None = None) -> bool:
         self.calls.append(("join_motion", timeout))
         if not self.join_finishes:
+            if self.on_join_timeout is not None:
+                self.on_join_timeout()
+            time.sleep(timeout or 0.0)  # a real join blocks for its timeout
             return False
         self._running = None
         return True

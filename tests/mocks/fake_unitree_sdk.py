@@ -127,9 +127,9 @@ class UDP:
         if isinstance(cmd, LowCmd):
             for i in range(12):
                 m, s = cmd.motorCmd[i], self.robot.motorState[i]
-                if m.Kp > 0 and abs(m.q) < 1e8:
+                if m.Kp > 0 and abs(m.q) < 1e8:  # position control: the joint moves, the motor works
                     s.q += 0.5 * (m.q - s.q)
-                s.tauEst = m.Kp * 0.01
+                    s.tauEst = m.Kp * 0.01
         else:
             self.robot.mode = cmd.mode
         return 0
