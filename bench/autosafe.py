@@ -1,7 +1,7 @@
 #!/usr/bin/env python
-"""AutoSafe on the continuous cart-pole: SAC vs AutoSafe-SAC vs SAC + a hard safety filter (Simplex).
+"""AutoSafe: SAC vs AutoSafe-SAC vs SAC + a hard safety filter (Simplex), on two bodies.
 
-The env is ``policies.safety.cartpole.ContinuousCartPoleEnv`` (gymnasium's CartPole physics, force
+``--env cartpole`` (default; writes ``autosafe.json``): the env is ``policies.safety.cartpole.ContinuousCartPoleEnv`` (gymnasium's CartPole physics, force
 in [-10, 10] N, episodes of ``--max-steps``) with reward ``1 - (x - 0.5)^2 / 4``: holding the cart
 0.5 m off centre pays more than the LQR's upright rest at 0, so a policy has a reason to leave the
 safe controller's behaviour. The safe set is the LQR's ellipsoid ``x^T P x <= c``
@@ -17,6 +17,15 @@ every arm acts with its own actor from the first step and updates after ``--lear
   state would leave the safe set (``SimplexFilter``, exact one-step model); the replay stores the
   executed action.
 
+``--env arm`` (writes ``autosafe_arm.json``): the simulated Franka reaching a goal 3 cm inside a random face
+of a workspace box (``bench/arm_reach.py``: end-effector displacement actions of up to 3 cm per 10 Hz step,
+reward ``exp(-|p - g| / 5 cm)``, 40-step episodes). The safe action is a proportional controller back to
+the box centre and Delta the normalised distance to the nearest face
+(``policies.safety.workspace``), on the box shrunk by 1.5 cm for the arm's tracking error about the
+displacement model; a violation is a step that ends with the measured end effector outside the real
+box. Simplex predicts p' = p + step a (the model, not the arm). The JSON also holds the arm's measured
+error about that model (``model_error``).
+
 Reported per arm (mean over seeds, and per seed): violations during training (steps outside the safe
 set, episodes with one), falls (terminations), the training return per episode, the final return
 (deterministic policy, under its safety layer, ``--eval-episodes`` episodes), and for AutoSafe the
@@ -24,14 +33,15 @@ inference rate on one thread: a deterministic policy forward of one observation 
 margin inside it, in Hz. Goals (issue 18): AutoSafe 0 violations; its final return >= 0.9x SAC's;
 >= 50 Hz with margin (here on this machine's one core; the issue's 50 Hz is on a Raspberry Pi).
 
-Writes ``bench/results/autosafe.json`` and ``autosafe.png``.
+Writes ``bench/results/autosafe[_arm].json`` and ``.png``.
 
-    .venv/bin/python bench/autosafe.py [--quick] [--out DIR] [--steps N] [--seeds N]
+    .venv/bin/python bench/autosafe.py [--env cartpole|arm] [--quick] [--out DIR] [--steps N] [--seeds N]
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import datetime as _dt
 import json
 import os
@@ -39,6 +49,7 @@ import pathlib
 import platform
 import sys
 import time
+from typing import Any, Callable
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
@@ -52,26 +63,94 @@ from policies.common.sac import SAC, SACConfig  # noqa: E402
 from policies.safety.autosafe import AutoSafeSAC, SimplexFilter  # noqa: E402
 from policies.safety.cartpole import ContinuousCartPoleEnv, lqr, safety_spec, step_dynamics  # noqa: E402
 from policies.safety.config import AutoSafeConfig  # noqa: E402
+from policies.safety.workspace import Workspace, certified_sharpness, workspace_spec  # noqa: E402
 
 ARMS = ("sac", "autosafe", "sac+simplex")
 X_GOAL, X_SCALE, FORCE = 0.5, 2.0, 10.0
 GOAL_RETURN_RATIO, GOAL_HZ = 0.9, 50.0
 
 
-def make_env(ctrl, max_steps: int) -> ContinuousCartPoleEnv:
-    return ContinuousCartPoleEnv(force_mag=FORCE, max_steps=max_steps, x_goal=X_GOAL, x_scale=X_SCALE, safe_set=ctrl)
+@dataclasses.dataclass
+class Body:
+    """What the bench needs of an env: its sizes, its safety spec and Simplex model, states to time on."""
+
+    name: str
+    obs_dim: int
+    act_dim: int
+    make_env: Callable[[int, int], Any]
+    """(max_steps, seed) -> a gymnasium env whose ``info["safe"]`` says whether the step ended in the safe set."""
+    spec: Any
+    predict: Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
+    """Simplex's one-step model (obs, action) -> next obs."""
+    sample_states: Callable[[np.random.Generator, int], np.ndarray]
+    """n observations inside the safe set [n, obs_dim] (inference timing, the sharpness probe)."""
+    config: dict
+    result: str
+    """The results file's stem."""
+    defaults: dict
+    """Full-run defaults of --steps / --max-steps / --learning-starts for this body."""
+    finish: Callable[[Any], dict] = lambda env: {}
+    """env -> extra per-run measurements (the arm: its error about the displacement model)."""
 
 
-def make_agent(arm: str, ctrl, sac_cfg: SACConfig, seed: int):
-    spec = safety_spec(ctrl)
+def cartpole_body() -> Body:
+    ctrl = lqr(force_mag=FORCE)
+
+    def predict(obs: torch.Tensor, action: torch.Tensor) -> torch.Tensor:  # the env's own step, one step ahead
+        return torch.from_numpy(step_dynamics(obs.double().numpy(), FORCE * action.double().numpy()[:, 0])).float()
+
+    return Body(
+        name="cartpole", obs_dim=4, act_dim=1,
+        make_env=lambda max_steps, seed: ContinuousCartPoleEnv(force_mag=FORCE, max_steps=max_steps, x_goal=X_GOAL,
+                                                               x_scale=X_SCALE, safe_set=ctrl),
+        spec=safety_spec(ctrl), predict=predict,
+        sample_states=lambda rng, n: ctrl.sample_inside(rng, n).astype(np.float32),
+        config={"env": {"x_goal": X_GOAL, "x_scale": X_SCALE, "force_mag": FORCE},
+                "safe_set": {"c": ctrl.c, "K": ctrl.K.tolist(), "P": ctrl.P.tolist()}},
+        result="autosafe", defaults={"steps": 20_000, "max_steps": 500, "learning_starts": 1000})
+
+
+def arm_body() -> Body:
+    from bench import arm_reach as ar  # MuJoCo: imported only for this body
+
+    lo, hi = ar.guard_box()
+    ws = Workspace(lo, hi, step=ar.STEP, gain=0.2, action_bound=1.0)
+    if AutoSafeConfig().sharpness_max > certified_sharpness(ws):
+        raise ValueError(f"AutoSafe's sharpness cap {AutoSafeConfig().sharpness_max} exceeds the workspace "
+                         f"certificate's {certified_sharpness(ws):.3g}")
+    spec = workspace_spec(ws, ar.ACT_DIM)
+
+    def predict(obs: torch.Tensor, action: torch.Tensor) -> torch.Tensor:  # the displacement model p' = p + step a
+        nxt = obs.clone()
+        nxt[:, :3] = obs[:, :3] + ar.STEP * action.clamp(-1, 1)
+        return nxt
+
+    def sample_states(rng: np.random.Generator, n: int) -> np.ndarray:
+        p = rng.uniform(lo, hi, (n, 3))
+        g = np.stack([ar.sample_goal(rng) for _ in range(n)])
+        return np.concatenate([p, g, g - p], 1).astype(np.float32)
+
+    return Body(
+        name="arm", obs_dim=ar.OBS_DIM, act_dim=ar.ACT_DIM,
+        make_env=lambda max_steps, seed: ar.ArmReachEnv(max_steps=max_steps, seed=seed),
+        spec=spec, predict=predict, sample_states=sample_states,
+        config={"env": {"workspace_low": list(ar.WORKSPACE_LOW), "workspace_high": list(ar.WORKSPACE_HIGH),
+                        "step_m": ar.STEP, "goal_inset_m": ar.GOAL_INSET, "reward_scale_m": ar.REWARD_SCALE,
+                        "control_hz": 10},
+                "safe_set": {"guard_low": list(lo), "guard_high": list(hi), "tracking_margin_m": ar.TRACKING_MARGIN,
+                             "safe_gain": ws.gain, "certified_sharpness": certified_sharpness(ws)}},
+        result="autosafe_arm", defaults={"steps": 10_000, "max_steps": 40, "learning_starts": 1000},
+        finish=lambda env: {"model_error": ar.tracking_error(env.model_errors)})
+
+
+BODIES = {"cartpole": cartpole_body, "arm": arm_body}
+
+
+def make_agent(arm: str, body: Body, sac_cfg: SACConfig, seed: int):
     if arm == "autosafe":
-        return AutoSafeSAC(4, 1, spec, AutoSafeConfig(sac=sac_cfg), seed=seed), None
-    filt = None
-    if arm == "sac+simplex":
-        def predict(obs: torch.Tensor, action: torch.Tensor) -> torch.Tensor:  # the env's own step, one step ahead
-            return torch.from_numpy(step_dynamics(obs.double().numpy(), FORCE * action.double().numpy()[:, 0])).float()
-        filt = SimplexFilter(spec, threshold=0.0, predict=predict)
-    return SAC(4, 1, sac_cfg, seed=seed), filt
+        return AutoSafeSAC(body.obs_dim, body.act_dim, body.spec, AutoSafeConfig(sac=sac_cfg), seed=seed), None
+    filt = SimplexFilter(body.spec, threshold=0.0, predict=body.predict) if arm == "sac+simplex" else None
+    return SAC(body.obs_dim, body.act_dim, sac_cfg, seed=seed), filt
 
 
 def act(agent, filt, obs: np.ndarray, deterministic: bool = False) -> tuple[np.ndarray, bool]:
@@ -84,11 +163,11 @@ def act(agent, filt, obs: np.ndarray, deterministic: bool = False) -> tuple[np.n
     return a[0].numpy(), switched
 
 
-def train(arm: str, seed: int, args, sac_cfg: SACConfig, ctrl) -> dict:
+def train(arm: str, seed: int, args, sac_cfg: SACConfig, body: Body) -> dict:
     torch.manual_seed(seed)
-    agent, filt = make_agent(arm, ctrl, sac_cfg, seed)
-    env = make_env(ctrl, args.max_steps)
-    buf = ReplayBuffer(args.steps, {"x": ((4,), np.float32)}, 1)
+    agent, filt = make_agent(arm, body, sac_cfg, seed)
+    env = body.make_env(args.max_steps, seed)
+    buf = ReplayBuffer(args.steps, {"x": ((body.obs_dim,), np.float32)}, body.act_dim)
     rng = np.random.default_rng(seed)
     flat = lambda b: {**b, "obs": b["obs"]["x"], "next_obs": b["next_obs"]["x"]}  # noqa: E731
     obs, _ = env.reset(seed=seed)
@@ -117,7 +196,8 @@ def train(arm: str, seed: int, args, sac_cfg: SACConfig, ctrl) -> dict:
         cum_viol.append(viol_steps)
     train_s = time.perf_counter() - t0
     # the final policy: deterministic, under its safety layer
-    eval_env = make_env(ctrl, args.max_steps)
+    extra = body.finish(env)
+    eval_env = body.make_env(args.max_steps, 10_000 + seed)
     returns, eval_viol = [], 0
     for k in range(args.eval_episodes):
         o, _ = eval_env.reset(seed=10_000 + 100 * seed + k)
@@ -135,20 +215,22 @@ def train(arm: str, seed: int, args, sac_cfg: SACConfig, ctrl) -> dict:
            "final_return_mean": float(np.mean(returns)), "final_returns": [float(x) for x in returns],
            "eval_violation_steps": int(eval_viol), "train_s": train_s, "steps_per_s": args.steps / train_s,
            "train_episodes": episodes, "cum_violations": {"step": list(range(every, args.steps + 1, every)),
-                                                          "count": cum_viol[every - 1::every]}}
+                                                          "count": cum_viol[every - 1::every]}, **extra}
+    for e in (env, eval_env):
+        e.close()
     if arm == "autosafe":
-        out["inference"] = inference_rate(agent, ctrl, args.inference_calls)
-        probe = torch.from_numpy(ctrl.sample_inside(np.random.default_rng(0), 512)).float()
+        out["inference"] = inference_rate(agent, body, args.inference_calls)
+        probe = torch.from_numpy(body.sample_states(np.random.default_rng(0), 512)).float()
         blend = agent.actor.blend(probe)
         out["sharpness_final"] = {"mean": float(blend["p"].mean()), "min": float(blend["p"].min()),
                                   "max": float(blend["p"].max())}
     return out
 
 
-def inference_rate(agent: AutoSafeSAC, ctrl, calls: int) -> dict:
-    """Deterministic AutoSafe action for one observation (policy forward + LQR + margin), one thread."""
+def inference_rate(agent: AutoSafeSAC, body: Body, calls: int) -> dict:
+    """Deterministic AutoSafe action for one observation (policy forward + safe action + margin), one thread."""
     rng = np.random.default_rng(1)
-    states = ctrl.sample_inside(rng, calls).astype(np.float32)
+    states = body.sample_states(rng, calls)
     for s in states[:20]:  # warm-up
         act(agent, None, s, deterministic=True)
     blocks = []
@@ -209,9 +291,10 @@ def plot(res: dict, path: pathlib.Path) -> None:
     c.set_xticks(range(len(ARMS)), ARMS)
     c.set_ylabel("final return (deterministic, mean over seeds; dots: seeds)")
     inf = res["goals"]["inference_hz"]["measured"]
-    c.set_title(f"AutoSafe inference {inf:.0f} Hz on 1 thread (policy + LQR)", fontsize=9)
+    c.set_title(f"AutoSafe inference {inf:.0f} Hz on 1 thread (policy + safe action)", fontsize=9)
     m = res["machine"]
-    fig.suptitle(f"AutoSafe on the continuous cart-pole: {res['config']['steps']} steps x "
+    what = {"cartpole": "the continuous cart-pole", "arm": "the simulated Franka (workspace box)"}[res["env"]]
+    fig.suptitle(f"AutoSafe on {what}: {res['config']['steps']} steps x "
                  f"{len(res['config']['seeds'])} seed(s) per arm; {m['cpu_count']} cores, load "
                  f"{m['loadavg_1m_start']:.1f} ({res['mode']})", fontsize=10)
     fig.tight_layout()
@@ -221,30 +304,36 @@ def plot(res: dict, path: pathlib.Path) -> None:
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--env", choices=sorted(BODIES), default="cartpole",
+                    help="cartpole (LQR safe set; autosafe.json) or arm (simulated Franka, workspace box; "
+                         "autosafe_arm.json)")
     ap.add_argument("--quick", action="store_true", help="150 steps, 40 updates, small networks, 1 seed (a smoke run, not a measurement)")
     ap.add_argument("--out", type=pathlib.Path, default=ROOT / "bench" / "results")
-    ap.add_argument("--steps", type=int, default=20_000, help="env steps per arm and seed")
+    ap.add_argument("--steps", type=int, default=None, help="env steps per arm and seed (cartpole 20000, arm 10000)")
     ap.add_argument("--seeds", type=int, default=3)
-    ap.add_argument("--max-steps", type=int, default=500, help="episode length (truncation)")
-    ap.add_argument("--learning-starts", type=int, default=1000)
+    ap.add_argument("--max-steps", type=int, default=None, help="episode length (truncation; cartpole 500, arm 40)")
+    ap.add_argument("--learning-starts", type=int, default=None, help="env steps before the first update; every arm acts with its own actor from step 0 (1000)")
     ap.add_argument("--eval-episodes", type=int, default=5)
     ap.add_argument("--inference-calls", type=int, default=5000)
     ap.add_argument("--threads", type=int, default=1)
     args = ap.parse_args(argv)
+    body = BODIES[args.env]()
+    for k, v in body.defaults.items():
+        if getattr(args, k) is None:
+            setattr(args, k, v)
     hidden, batch = (256, 256), 256
     if args.quick:
-        args.steps, args.seeds, args.max_steps, args.learning_starts = 150, 1, 100, 110
+        args.steps, args.seeds, args.max_steps, args.learning_starts = 150, 1, min(args.max_steps, 100), 110
         args.eval_episodes, args.inference_calls = 2, 500
         hidden, batch = (64, 64), 64
     torch.set_num_threads(args.threads)
     sac_cfg = SACConfig(num_critics=2, critic_subset=2, utd=1, hidden=hidden, batch_size=batch)
-    ctrl = lqr(force_mag=FORCE)
     load0 = os.getloadavg()[0]
     t_start = time.perf_counter()
     runs = []
     for seed in range(args.seeds):
         for arm in ARMS:
-            r = train(arm, seed, args, sac_cfg, ctrl)
+            r = train(arm, seed, args, sac_cfg, body)
             runs.append(r)
             print(f"seed {seed} {arm:<12} violations {r['violation_steps']:6d} steps / {r['violation_episodes']:4d} "
                   f"episodes, falls {r['falls']:4d}, final return {r['final_return_mean']:8.2f}, "
@@ -252,7 +341,7 @@ def main(argv=None) -> int:
     summary = summarise(runs)
     hz = float(np.mean([r["inference"]["hz_median"] for r in runs if r["arm"] == "autosafe"]))
     ratio = summary["autosafe"]["final_return_mean"] / max(summary["sac"]["final_return_mean"], 1e-9)
-    res = {"bench": "autosafe", "mode": "quick" if args.quick else "full", "quick": args.quick,
+    res = {"bench": "autosafe", "env": body.name, "mode": "quick" if args.quick else "full", "quick": args.quick,
            "date": _dt.datetime.now().isoformat(timespec="seconds"),
            "machine": {"cpu_count": os.cpu_count(), "platform": platform.platform(), "torch": torch.__version__,
                        "python": platform.python_version(), "loadavg_1m_start": load0,
@@ -262,8 +351,7 @@ def main(argv=None) -> int:
                       "threads": args.threads, "sac": {"hidden": list(hidden), "batch_size": batch, "num_critics": 2,
                                                        "utd": 1},
                       "autosafe": {k: v for k, v in vars(AutoSafeConfig()).items() if k != "sac"},
-                      "env": {"x_goal": X_GOAL, "x_scale": X_SCALE, "force_mag": FORCE},
-                      "safe_set": {"c": ctrl.c, "K": ctrl.K.tolist(), "P": ctrl.P.tolist()}},
+                      **body.config},
            "summary": summary,
            "goals": {"autosafe_zero_violations": {
                          "goal": "AutoSafe: 0 steps outside the safe set during training, every seed",
@@ -272,14 +360,15 @@ def main(argv=None) -> int:
                      "autosafe_return_vs_sac": {
                          "goal": f">= {GOAL_RETURN_RATIO}x plain SAC's final return", "measured": ratio,
                          "met": bool(ratio >= GOAL_RETURN_RATIO)},
-                     "inference_hz": {"goal": f">= {GOAL_HZ} Hz on one thread (policy forward + LQR)",
+                     "inference_hz": {"goal": f">= {GOAL_HZ} Hz on one thread (policy forward + safe action)",
                                       "measured": hz, "met": bool(hz >= GOAL_HZ)}},
            "runs": runs, "wall_s": None}
     res["wall_s"] = time.perf_counter() - t_start
     args.out.mkdir(parents=True, exist_ok=True)
-    with open(args.out / "autosafe.json", "w") as f:
+    json_path, png_path = args.out / f"{body.result}.json", args.out / f"{body.result}.png"
+    with open(json_path, "w") as f:
         json.dump(res, f, indent=2)
-    plot(res, args.out / "autosafe.png")
+    plot(res, png_path)
     print(f"\n{'arm':<12} {'viol steps':>10} {'viol eps':>9} {'falls':>6} {'final return':>13}")
     for arm in ARMS:
         s = summary[arm]
@@ -287,7 +376,7 @@ def main(argv=None) -> int:
               f"{s['final_return_mean']:13.2f}")
     for name, g in res["goals"].items():
         print(f"goal {name}: {g['measured']:.3g} -> {'MET' if g['met'] else 'NOT MET'}")
-    print(f"wrote {args.out / 'autosafe.json'} and {args.out / 'autosafe.png'} in {res['wall_s']:.1f} s")
+    print(f"wrote {json_path} and {png_path} in {res['wall_s']:.1f} s")
     return 0
 
 
