@@ -12,6 +12,7 @@ from typing import Any
 from policies import DEFAULT_METHOD
 
 EVAL_POLICIES = ("sample", "mean")
+SAFETY_LAYERS = ("none", "workspace")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -69,6 +70,16 @@ class RLConfig:
     reset_timeout_s: float = dataclasses.field(default=300.0, metadata={"flag": "--reset-timeout"})
     """Real robot: seconds the operator has to reset the scene and press Enter before the session pauses (its
     last checkpoint stays; ``--resume`` continues)."""
+    safety: str = dataclasses.field(default="none", metadata={"choices": SAFETY_LAYERS})
+    """A safety layer under every executed chunk (any method, evaluations, an operator's chunk): ``workspace``
+    blends each row's end-effector displacement with a move back toward the centre of a box, AutoSafe's blend,
+    certified to keep the commanded end effector inside (session.safety; the arm's action layout only)."""
+    workspace_box: tuple[float, ...] = ()
+    """--safety workspace: the box, low x y z then high x y z in metres (the robot base frame); default: the
+    site's limits box. The blend grows toward the faces: leave the task room inside it."""
+    workspace_sharpness: float | None = None
+    """--safety workspace: the blend's sharpness p (larger: the agent keeps more control away from the faces);
+    default and maximum: the certified bound for the arm's max step in this box."""
 
     def __post_init__(self) -> None:
         from policies import get_config_class
@@ -98,6 +109,15 @@ class RLConfig:
             raise ValueError(f"eval_policy must be 'sample' or 'mean', got {self.eval_policy!r}")
         if self.reset_timeout_s <= 0:
             raise ValueError(f"reset_timeout_s must be positive, got {self.reset_timeout_s}")
+        if self.safety not in SAFETY_LAYERS:
+            raise ValueError(f"safety must be one of {', '.join(SAFETY_LAYERS)}, got {self.safety!r}")
+        object.__setattr__(self, "workspace_box", tuple(float(v) for v in self.workspace_box))
+        if self.workspace_box and len(self.workspace_box) != 6:
+            raise ValueError(f"workspace_box takes 6 numbers (low x y z, high x y z), got {len(self.workspace_box)}")
+        if (self.workspace_box or self.workspace_sharpness is not None) and self.safety != "workspace":
+            raise ValueError("workspace_box / workspace_sharpness configure --safety workspace, which is not on")
+        if self.workspace_sharpness is not None and not self.workspace_sharpness > 0:
+            raise ValueError(f"workspace_sharpness must be positive, got {self.workspace_sharpness}")
         check = getattr(agent, "check_session", None)
         if check is not None:
             check(self)

@@ -99,6 +99,12 @@ class Session:
         self.on_update: Callable[[dict[str, float], int], None] | None = None
         """Called with every update's diagnostics and the session's ticks (``RunLog.update``: TensorBoard)."""
         self.ckpt_dir = os.path.join(cfg.out, "checkpoint")
+        self.safety = None
+        """``--safety workspace``: the blend every executed chunk goes through (``session.safety``)."""
+        if cfg.safety == "workspace" and env is not None:  # a learner has no env: the actor applies it
+            from session.safety import WorkspaceGuard
+
+            self.safety = WorkspaceGuard(env, cfg.workspace_box, cfg.workspace_sharpness)
 
     # -- checkpoints -----------------------------------------------------------------------------
     def save(self) -> None:
@@ -218,7 +224,8 @@ class Session:
         obs, _ = self.env.reset(seed=seed)
         with torch.no_grad():
             aobs = view(obs)
-        ticks = steps = interventions = 0
+        ticks = steps = interventions = guard_rows = 0
+        guard_lambda_sum = guard_lambda_max = 0.0
         success, ret, info = False, 0.0, {}
         last: dict[str, float] = {}
         while ticks < self.max_ticks:
@@ -244,6 +251,14 @@ class Session:
                     padded = np.concatenate([op, np.repeat(op[-1:], exec_steps - len(op), 0)]) \
                         if len(op) < exec_steps else op[:exec_steps]
                     chunk_n = vla.clip_normalized_actions(vla.normalize_actions(torch.from_numpy(padded)))
+            if self.safety is not None:  # the safety layer sees what is about to be executed, whoever chose it
+                chunk, lam = self.safety(obs, chunk)
+                guard_rows += len(lam)
+                guard_lambda_sum += float(lam.sum())
+                guard_lambda_max = max(guard_lambda_max, float(lam.max()))
+                padded = np.concatenate([chunk, np.repeat(chunk[-1:], exec_steps - len(chunk), 0)]) \
+                    if len(chunk) < exec_steps else chunk[:exec_steps]
+                chunk_n = vla.clip_normalized_actions(vla.normalize_actions(torch.from_numpy(padded)))
             obs2, r, term, trunc, info = self.env.step(chunk)
             ticks += len(chunk)
             steps += 1
@@ -270,8 +285,11 @@ class Session:
             obs, aobs = obs2, aobs2
             if term or trunc:
                 break
-        return {"success": success, "ticks": ticks, "steps": steps, "return": ret, "interventions": interventions,
-                "losses": last}
+        out = {"success": success, "ticks": ticks, "steps": steps, "return": ret, "interventions": interventions,
+               "losses": last}
+        if self.safety is not None:  # how much the layer took over: mean and largest lambda of the rows
+            out["safety"] = {"lambda_mean": guard_lambda_sum / max(guard_rows, 1), "lambda_max": guard_lambda_max}
+        return out
 
     def evaluate(self, n: int, seed_start: int, base: bool = False, videos: int = 0) -> dict[str, Any]:
         frames_all = []
@@ -285,7 +303,10 @@ class Session:
             if frames:
                 frames_all.append((seed_start + i, frames))
         k = sum(r["success"] for r in res)
-        return {"episodes": n, "successes": k, "success_rate": k / n, "frames": frames_all}
+        out = {"episodes": n, "successes": k, "success_rate": k / n, "frames": frames_all}
+        if self.safety is not None:
+            out["safety_lambda_mean"] = float(np.mean([r["safety"]["lambda_mean"] for r in res]))
+        return out
 
 
 def plot_learning_curve(run_dir: str, path: str, base_rate: float | None) -> None:
@@ -398,6 +419,9 @@ class RunLog:
         losses = r.get("losses", {})
         rec = {"episode": episode, "seed": seed, "success": r["success"], "ticks": r["ticks"], "return": r["return"],
                "interventions": r["interventions"], "total_ticks": total_ticks, "step": step, **losses}
+        if "safety" in r:
+            rec["safety"] = r["safety"]
+            self.tb.add_scalar("safety/lambda_mean", r["safety"]["lambda_mean"], total_ticks)
         _append_jsonl(os.path.join(self.out, "episodes.jsonl"), rec)
         self.tb.add_scalar("train/success", float(r["success"]), total_ticks)
         self.tb.add_scalar("train/episode_ticks", r["ticks"], total_ticks)
@@ -412,7 +436,8 @@ class RunLog:
         """Log an evaluation taken after ``episode``."""
         _append_jsonl(os.path.join(self.out, "evals.jsonl"), {
             "episode": episode, "total_ticks": total_ticks, "success_rate": ev["success_rate"],
-            "successes": ev["successes"], "episodes": ev["episodes"]})
+            "successes": ev["successes"], "episodes": ev["episodes"],
+            **({"safety_lambda_mean": ev["safety_lambda_mean"]} if "safety_lambda_mean" in ev else {})})
         self.tb.add_scalar("eval/success_rate", ev["success_rate"], total_ticks)
 
     def close(self) -> None:
@@ -448,7 +473,8 @@ def write_summary(sess: Session, base_rate: float | None, final: dict[str, Any] 
                "agent_parameters": sess.agent.parameter_counts(),
                "vla_weights_sha256_before": sess.digest_before, "vla_weights_sha256_after": digest_after,
                "vla_weights_unchanged": sess.digest_before == digest_after,
-               "update_diagnostics": update_diagnostics(sess.cfg.out), **extra}
+               "update_diagnostics": update_diagnostics(sess.cfg.out),
+               "safety": None if sess.safety is None else sess.safety.describe(), **extra}
     with open(os.path.join(sess.cfg.out, "summary.json"), "w") as f:
         json.dump(summary, f, indent=2)
     return summary

@@ -135,12 +135,13 @@ class ChunkGuard:
         B, H, A = chunk.shape
         assert pos.shape == (B, 3), f"pos {tuple(pos.shape)} != ({B}, 3)"
         ws, ap = self.ws, list(self.ws.action_pos)
-        out, lams, p = torch.empty_like(chunk), chunk.new_empty(B, H), pos.clone()
+        # only the position entries are blended; rotation / gripper entries stay the agent's
+        out, lams, p = chunk.clone(), chunk.new_empty(B, H), pos.clone()
         for h in range(H):
-            a = chunk[:, h].clamp(-ws.action_bound, ws.action_bound)
-            a_safe = ws.safe_action_of(p, A)
+            a = chunk[:, h, ap].clamp(-ws.action_bound, ws.action_bound)
+            a_safe = ws.safe_action_of(p, A)[:, ap]
             lam, one_minus = blend_weight(p.new_full((B,), self.sharpness), ws.margin_of(p))
-            out[:, h] = a_safe + one_minus[:, None] * (a - a_safe)  # (1 - lambda) a + lambda a_safe
+            out[:, h, ap] = a_safe + one_minus[:, None] * (a - a_safe)  # (1 - lambda) a + lambda a_safe
             lams[:, h] = lam
             p = p + ws.step * out[:, h, ap]  # the point mass executes the row
         return out, lams
