@@ -1,0 +1,275 @@
+#!/usr/bin/env python
+"""Does the noise matter at a state, and does DSRL's critic know it? Monte-Carlo Q over noises vs the critic.
+
+DSRL's actor follows the gradient of its noise critic Q^W(s, w). Round 7 (bench/results/README.md) saw
+that critic's spread over noises at fixed states collapse while the success rate stayed near the base
+VLA's. Two explanations predict the same curves: (a) at the states the policy visits the first chunk's
+noise barely changes the outcome (nothing to learn), or (b) it does, and the critic fails to learn it.
+This bench tells them apart by measuring the truth:
+
+1. For ``--scenes`` evaluation scenes (``vla rl``'s seeds, 200000 ...) and each branch point
+   ``--branch-steps`` (macro-steps into the episode), run the base VLA (w ~ N(0, I) clipped, seeded by
+   the scene) up to the branch point and keep the executed chunks.
+2. At the branch state draw ``--noises`` candidate noises w_1..w_K (and the run's policy's mean noise
+   w_pi). For each candidate and ``--continuations`` continuation streams: reset the scene, replay the
+   kept chunks (the replayed state is checked against the original: ``replay_state_error``), execute
+   the candidate's chunk, then finish the episode with the base VLA's own noise. The success rate over
+   the continuations estimates Q(s, w_k) for DSRL's sparse success reward (undiscounted).
+3. The run's critic Q^W(s, w_k) at the same state and noises (ensemble mean; NA: also Q^A of their chunks).
+
+Reported per branch and averaged: the true spread over noises (std and max - mean of the success
+rates: what a perfect chooser of this chunk's noise gains), the critic's spread, their Spearman rank
+correlation, and the true success of the policy's own noise vs the candidates' mean. With M
+continuations a success rate has a standard error of up to 0.5 / sqrt(M): the JSON gives M.
+
+Writes ``bench/results/<name>.json`` and ``.png`` (default name ``dsrl_qtruth``).
+
+    .venv/bin/python bench/dsrl_qtruth.py --run runs/dsrl7b/dsrl-sac/seed0 --scenes 8 --noises 8 --continuations 4
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as _dt
+import json
+import os
+import pathlib
+import sys
+import tempfile
+import time
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+import numpy as np  # noqa: E402
+
+
+def spearman(x: np.ndarray, y: np.ndarray) -> float | None:
+    """Rank correlation (average ranks for ties); None when either side is constant."""
+    from scipy.stats import spearmanr
+
+    if np.ptp(x) == 0 or np.ptp(y) == 0:
+        return None
+    return float(spearmanr(x, y).statistic)
+
+
+def load_run(run: str, threads: int = 1):
+    """-> (RLConfig, the frozen VLA, the DSRL agent with the run's last checkpoint)."""
+    import torch
+
+    from policies import get_method
+    from session.config import RLConfig
+    from vla.models import load_vla
+    from vla.train import resolve_checkpoint
+
+    torch.set_num_threads(threads)
+    cfg_path = os.path.join(run, "rl_config.json")
+    if not os.path.isfile(cfg_path):
+        raise SystemExit(f"--run {run}: no rl_config.json there (not a `vla rl` run directory)")
+    cfg = RLConfig.from_json(cfg_path)
+    if cfg.method != "dsrl" or cfg.agent.variant not in ("sac", "na"):
+        raise SystemExit(f"--run {run}: method {cfg.method!r} variant {getattr(cfg.agent, 'variant', None)!r}; this "
+                         "bench reads DSRL's noise critic (variant sac or na)")
+    if cfg.agent.encoder != "vla":
+        raise SystemExit(f"--run {run}: encoder {cfg.agent.encoder!r}; this bench supports encoder vla")
+    vla = load_vla(resolve_checkpoint(cfg.checkpoint))
+    agent_cls, _ = get_method("dsrl")
+    agent = agent_cls.build(vla, cfg.agent, seed=cfg.seed)
+    ckpt = os.path.join(run, "checkpoint", "agent.pt")
+    if not os.path.isfile(ckpt):
+        ckpt = os.path.join(run, "checkpoint.old", "agent.pt")
+    agent.load_state_dict(torch.load(ckpt, weights_only=False))
+    return cfg, vla, agent
+
+
+def measure(env, agent, scene: int, branch: int, noises: int, continuations: int, max_ticks: int) -> dict | None:
+    """One branch point (module docstring, steps 1-3). None if the episode ends before it."""
+    import torch
+
+    b = agent.sac.cfg.action_scale
+    d = agent.noise_dim
+
+    def base_w(rng: np.random.Generator) -> torch.Tensor:
+        return torch.from_numpy(np.clip(rng.standard_normal((1, d)), -b, b).astype(np.float32))
+
+    def run_chunk(aobs, w) -> np.ndarray:
+        with torch.no_grad():
+            return agent.chunk(aobs["feat"], w)[0, : agent.exec_steps].numpy()
+
+    # 1. the prefix
+    obs, _ = env.reset(seed=scene)
+    rng = np.random.default_rng([scene, 0])
+    prefix, ticks = [], 0
+    for _ in range(branch):
+        chunk = run_chunk(agent.observe(obs), base_w(rng))[: max_ticks - ticks]
+        obs, _, term, trunc, info = env.step(chunk)
+        prefix.append(chunk)
+        ticks += len(chunk)
+        if term or trunc or ticks >= max_ticks:
+            return None
+    state_b = np.asarray(obs["state"], np.float64)
+    aobs_b = agent.observe(obs)
+    # 2. the candidates: K random noises and the policy's mean noise (last)
+    crng = np.random.default_rng([scene, branch, 1])
+    ws = [base_w(crng) for _ in range(noises)]
+    with torch.no_grad():
+        w_pi = agent.act({k: aobs_b[k] for k in agent.obs_spec}, crng, warmup=False, deterministic=True)
+    ws.append(w_pi)
+    success = np.zeros((len(ws), continuations), bool)
+    replay_err = 0.0
+    for c, w in enumerate(ws):
+        for m in range(continuations):
+            obs, _ = env.reset(seed=scene)
+            t = 0
+            for ch in prefix:
+                obs, *_ = env.step(ch)
+                t += len(ch)
+            replay_err = max(replay_err, float(np.max(np.abs(np.asarray(obs["state"], np.float64) - state_b))))
+            aobs = agent.observe(obs)
+            chunk = run_chunk(aobs, w)[: max_ticks - t]
+            srng = np.random.default_rng([scene, branch, 2, c, m])
+            info, done = {}, False
+            while True:
+                obs, _, term, trunc, info = env.step(chunk)
+                t += len(chunk)
+                if term or trunc or t >= max_ticks:
+                    break
+                chunk = run_chunk(agent.observe(obs), base_w(srng))[: max_ticks - t]
+            success[c, m] = bool(info.get("success", False))
+    # 3. the critic at the branch state
+    with torch.no_grad():
+        s = agent.sac.features({k: aobs_b[k] for k in agent.obs_spec})
+        W = torch.cat(ws, 0)
+        s_rep = s.expand(len(ws), -1)
+        qw = agent.sac.critic(s_rep, W).mean(dim=0).numpy()
+        qa = None
+        if agent.cfg.variant == "na":
+            a = agent.chunk(aobs_b["feat"].expand(len(ws), -1), W, normalized=True)[:, : agent.exec_steps]
+            qa = agent.qa(s_rep, a.reshape(len(ws), -1)).mean(dim=0).numpy()
+    p = success.mean(1)
+    pk, qk = p[:noises], qw[:noises]
+    return {"scene": scene, "branch_step": branch, "branch_tick": ticks, "replay_state_error": replay_err,
+            "success": success.astype(int).tolist(), "p": p.tolist(), "qw": qw.tolist(),
+            "qa": None if qa is None else qa.tolist(),
+            "true_std": float(pk.std()), "true_gain": float(pk.max() - pk.mean()),
+            "critic_std": float(qk.std()), "critic_gain": float(qk.max() - qk.mean()),
+            "spearman_qw": spearman(pk, qk),
+            "spearman_qa": None if qa is None else spearman(pk, qa[:noises]),
+            "policy_p": float(p[-1]), "policy_vs_mean": float(p[-1] - pk.mean())}
+
+
+def summarise(rows: list[dict]) -> dict:
+    def mean(key):
+        v = [r[key] for r in rows if r[key] is not None]
+        return float(np.mean(v)) if v else None
+
+    return {"branches": len(rows), "true_std": mean("true_std"), "true_gain": mean("true_gain"),
+            "critic_std": mean("critic_std"), "critic_gain": mean("critic_gain"),
+            "spearman_qw": mean("spearman_qw"), "spearman_qa": mean("spearman_qa"),
+            "spearman_defined": sum(r["spearman_qw"] is not None for r in rows),
+            "policy_p": mean("policy_p"), "policy_vs_mean": mean("policy_vs_mean"),
+            "base_p": float(np.mean([np.mean(r["p"][:-1]) for r in rows])) if rows else None,
+            "replay_state_error_max": max((r["replay_state_error"] for r in rows), default=0.0)}
+
+
+def plot(res: dict, path: pathlib.Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    rows = res["branches"]
+    fig, (a, b) = plt.subplots(1, 2, figsize=(11, 4.2))
+    for r in rows:
+        p, q = np.asarray(r["p"][:-1]), np.asarray(r["qw"][:-1])
+        qn = (q - q.mean()) / (q.std() + 1e-9) if q.std() > 0 else q * 0
+        a.plot(p, qn, ".", alpha=0.7)
+    a.set_xlabel(f"true success rate of the noise ({res['config']['continuations']} continuations)")
+    a.set_ylabel("critic Q^W, standardised per state")
+    a.set_title(f"per state: critic vs truth (mean Spearman {res['summary']['spearman_qw'] or float('nan'):.2f})",
+                fontsize=9)
+    x = np.arange(len(rows))
+    a_w = 0.4
+    b.bar(x - a_w / 2, [r["true_gain"] for r in rows], a_w, label="true: best noise - mean (success)")
+    b.bar(x + a_w / 2, [r["policy_vs_mean"] for r in rows], a_w, label="policy's noise - mean (success)")
+    b.axhline(0, color="k", lw=0.6)
+    b.set_xticks(x, [f"{r['scene'] % 1000}/{r['branch_step']}" for r in rows], rotation=60, fontsize=7)
+    b.set_xlabel("scene / branch macro-step")
+    b.legend(fontsize=8)
+    b.set_title("what choosing this chunk's noise could gain, and what the policy gains", fontsize=9)
+    fig.suptitle(f"DSRL noise critic vs Monte-Carlo truth: {res['run']} ({res['config']['noises']} noises per state)",
+                 fontsize=9)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--run", required=True, help="a `vla rl` DSRL run directory (variant sac or na, encoder vla)")
+    ap.add_argument("--scenes", type=int, default=8, help="evaluation scenes (seeds from --seed-start)")
+    ap.add_argument("--seed-start", type=int, default=200_000)
+    ap.add_argument("--branch-steps", type=int, nargs="+", default=[0, 3], help="macro-steps before the branch")
+    ap.add_argument("--noises", type=int, default=8, help="candidate noises per branch state (plus the policy's)")
+    ap.add_argument("--continuations", type=int, default=4, help="episodes per candidate (base noise afterwards)")
+    ap.add_argument("--robot", default="sim-franka-fast", help="site preset or YAML")
+    ap.add_argument("--out", type=pathlib.Path, default=ROOT / "bench" / "results")
+    ap.add_argument("--name", default="dsrl_qtruth")
+    args = ap.parse_args(argv)
+    for k in ("scenes", "noises", "continuations"):
+        if getattr(args, k) < 1:
+            ap.error(f"--{k} must be >= 1")
+    if args.noises < 2:
+        ap.error("--noises must be >= 2 (a spread needs two)")
+    os.environ.setdefault("MUJOCO_GL", "egl")
+    from tqdm import tqdm
+
+    from robot_io.robot import RobotClient
+    from robot_io.site import load_site
+    from vla.commands._bridge import running_bridge
+    from vla.envs import task_env
+    from vla_steerability import portable_path
+
+    cfg, vla, agent = load_run(args.run)
+    site = load_site(args.robot)
+    t0 = time.perf_counter()
+    rows = []
+    args.out.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory() as tmp, running_bridge(site, os.path.join(tmp, "bridge.log")):
+        client = RobotClient(site)
+        try:
+            env = task_env(client, cfg.task)
+            max_ticks = cfg.max_episode_ticks or env.max_ticks
+            points = [(args.seed_start + i, t) for i in range(args.scenes) for t in args.branch_steps]
+            for scene, t in tqdm(points, desc="branch points", unit="state"):
+                r = measure(env, agent, scene, t, args.noises, args.continuations, max_ticks)
+                if r is not None:
+                    rows.append(r)
+                    tqdm.write(f"scene {scene} step {t}: true p {np.round(r['p'][:-1], 2).tolist()} "
+                               f"policy {r['policy_p']:.2f}; spearman(Q^W) {r['spearman_qw']}")
+        finally:
+            client.close()
+    summary = summarise(rows)
+    res = {"bench": "dsrl_qtruth", "date": _dt.datetime.now().isoformat(timespec="seconds"),
+           "run": portable_path(args.run), "checkpoint": portable_path(cfg.checkpoint), "task": cfg.task,
+           "variant": cfg.agent.variant, "agent_updates": agent.updates,
+           "config": {"scenes": args.scenes, "seed_start": args.seed_start, "branch_steps": args.branch_steps,
+                      "noises": args.noises, "continuations": args.continuations, "max_ticks": max_ticks,
+                      "exec_steps": agent.exec_steps, "noise_dim": agent.noise_dim},
+           "summary": summary, "branches": rows, "wall_s": time.perf_counter() - t0}
+    with open(args.out / f"{args.name}.json", "w") as f:
+        json.dump(res, f, indent=2)
+    plot(res, args.out / f"{args.name}.png")
+    s = summary
+    fmt = lambda v: "n/a" if v is None else f"{v:.3f}"  # noqa: E731
+    print(f"{s['branches']} branch states: true spread over noises std {fmt(s['true_std'])} (best - mean "
+          f"{fmt(s['true_gain'])}); critic std {fmt(s['critic_std'])}; Spearman(Q^W, truth) {fmt(s['spearman_qw'])} "
+          f"over {s['spearman_defined']} states; policy's noise {fmt(s['policy_p'])} vs random {fmt(s['base_p'])}; "
+          f"replay error {s['replay_state_error_max']:.2e}")
+    print(f"wrote {args.out / args.name}.json and .png")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
