@@ -25,3 +25,15 @@ def test_bench_safeexplorer_quick(tmp_path):
     assert set(res["goals"]) == {"falls_vs_ppo", "final_return_vs_ppo"}
     assert all(isinstance(g["met"], bool) for g in res["goals"].values())
     assert (tmp_path / "safeexplorer.png").stat().st_size > 10_000
+
+
+def test_go1_region_is_one_the_recovery_returns_from():
+    """SafeExplorer hands control to the recovery when the Go1 leaves R: R must be a set it can return
+    from. 10 exits driven by random joint targets (std 1 action unit) at the curriculum's start and at R's
+    full size; the earlier R (0.6 rad tilt) gave 5 / 30 at full size."""
+    sys.path.insert(0, str(ROOT / "bench"))
+    from go1_safe import recovery_rate
+
+    start, full = recovery_rate(0.4, 1.0, trials=10), recovery_rate(1.0, 1.0, trials=10)
+    assert start["reentered"] >= 9 and full["reentered"] >= 7, (start, full)
+    assert start["never_left"] == full["never_left"] == 0  # every trial tested the recovery
