@@ -20,7 +20,12 @@ This bench tells them apart by measuring the truth:
 Reported per branch and averaged: the true spread over noises (std and max - mean of the success
 rates: what a perfect chooser of this chunk's noise gains), the critic's spread, their Spearman rank
 correlation, and the true success of the policy's own noise vs the candidates' mean. With M
-continuations a success rate has a standard error of up to 0.5 / sqrt(M): the JSON gives M.
+continuations each rate has a binomial error of up to 0.5 / sqrt(M), which alone gives the rates a
+spread (and best - mean a positive bias); so each branch also gets the between-noise standard
+deviation with that error taken out (``between_sd``: var of the rates - mean p (1 - p) / (M - 1)) and a
+permutation test of "the noise does not matter here" (``perm_p``: the outcomes shuffled across noises,
+5000 times). ``noise_matters`` counts the branches with perm_p < 0.05; the critic's rank agreement is
+also averaged over those alone. ``--reanalyse`` recomputes all this from an existing JSON's outcomes.
 
 Writes ``bench/results/<name>.json`` and ``.png`` (default name ``dsrl_qtruth``).
 
@@ -52,6 +57,40 @@ def spearman(x: np.ndarray, y: np.ndarray) -> float | None:
     if np.ptp(x) == 0 or np.ptp(y) == 0:
         return None
     return float(spearmanr(x, y).statistic)
+
+
+def noise_effect(success: np.ndarray, perms: int = 5000, seed: int = 0) -> tuple[float, float]:
+    """success [K, M] (K noises x M continuations) -> (between-noise sd of the success rate with the binomial
+    error taken out, permutation p-value of "the noise does not matter")."""
+    k, m = success.shape
+    p = success.mean(1)
+    obs = float(p.var(ddof=1))
+    within = float(np.mean(p * (1 - p) / (m - 1))) if m > 1 else 0.0
+    between = max(obs - within, 0.0)
+    if obs == 0.0:
+        return 0.0, 1.0
+    rng = np.random.default_rng(seed)
+    flat = success.ravel().astype(float)
+    hits = 0
+    for _ in range(perms):
+        rng.shuffle(flat)
+        hits += flat.reshape(k, m).mean(1).var(ddof=1) >= obs - 1e-12
+    return float(np.sqrt(between)), (hits + 1) / (perms + 1)
+
+
+def analyse(row: dict, noises: int) -> dict:
+    """The per-branch figures from its outcomes and critic values (``measure`` and ``--reanalyse``)."""
+    success = np.asarray(row["success"], bool)
+    p = success.mean(1)
+    qw = np.asarray(row["qw"], float)
+    qa = None if row.get("qa") is None else np.asarray(row["qa"], float)
+    pk, qk = p[:noises], qw[:noises]
+    between_sd, perm_p = noise_effect(success[:noises])
+    return {**row, "p": p.tolist(), "true_std": float(pk.std()), "true_gain": float(pk.max() - pk.mean()),
+            "between_sd": between_sd, "perm_p": perm_p,
+            "critic_std": float(qk.std()), "critic_gain": float(qk.max() - qk.mean()),
+            "spearman_qw": spearman(pk, qk), "spearman_qa": None if qa is None else spearman(pk, qa[:noises]),
+            "policy_p": float(p[-1]), "policy_vs_mean": float(p[-1] - pk.mean())}
 
 
 def load_run(run: str, threads: int = 1):
@@ -147,16 +186,9 @@ def measure(env, agent, scene: int, branch: int, noises: int, continuations: int
         if agent.cfg.variant == "na":
             a = agent.chunk(aobs_b["feat"].expand(len(ws), -1), W, normalized=True)[:, : agent.exec_steps]
             qa = agent.qa(s_rep, a.reshape(len(ws), -1)).mean(dim=0).numpy()
-    p = success.mean(1)
-    pk, qk = p[:noises], qw[:noises]
-    return {"scene": scene, "branch_step": branch, "branch_tick": ticks, "replay_state_error": replay_err,
-            "success": success.astype(int).tolist(), "p": p.tolist(), "qw": qw.tolist(),
-            "qa": None if qa is None else qa.tolist(),
-            "true_std": float(pk.std()), "true_gain": float(pk.max() - pk.mean()),
-            "critic_std": float(qk.std()), "critic_gain": float(qk.max() - qk.mean()),
-            "spearman_qw": spearman(pk, qk),
-            "spearman_qa": None if qa is None else spearman(pk, qa[:noises]),
-            "policy_p": float(p[-1]), "policy_vs_mean": float(p[-1] - pk.mean())}
+    return analyse({"scene": scene, "branch_step": branch, "branch_tick": ticks, "replay_state_error": replay_err,
+                    "success": success.astype(int).tolist(), "qw": qw.tolist(),
+                    "qa": None if qa is None else qa.tolist()}, noises)
 
 
 def summarise(rows: list[dict]) -> dict:
@@ -164,7 +196,12 @@ def summarise(rows: list[dict]) -> dict:
         v = [r[key] for r in rows if r[key] is not None]
         return float(np.mean(v)) if v else None
 
+    matters = [r for r in rows if r["perm_p"] < 0.05]
+    sp = [r["spearman_qw"] for r in matters if r["spearman_qw"] is not None]
     return {"branches": len(rows), "true_std": mean("true_std"), "true_gain": mean("true_gain"),
+            "between_sd": mean("between_sd"), "noise_matters": len(matters),
+            "between_sd_where_it_matters": float(np.mean([r["between_sd"] for r in matters])) if matters else None,
+            "spearman_qw_where_it_matters": float(np.mean(sp)) if sp else None,
             "critic_std": mean("critic_std"), "critic_gain": mean("critic_gain"),
             "spearman_qw": mean("spearman_qw"), "spearman_qa": mean("spearman_qa"),
             "spearman_defined": sum(r["spearman_qw"] is not None for r in rows),
@@ -187,8 +224,9 @@ def plot(res: dict, path: pathlib.Path) -> None:
         a.plot(p, qn, ".", alpha=0.7)
     a.set_xlabel(f"true success rate of the noise ({res['config']['continuations']} continuations)")
     a.set_ylabel("critic Q^W, standardised per state")
-    a.set_title(f"per state: critic vs truth (mean Spearman {res['summary']['spearman_qw'] or float('nan'):.2f})",
-                fontsize=9)
+    sm = res["summary"]
+    a.set_title(f"per state: critic vs truth (mean Spearman {sm['spearman_qw'] or float('nan'):.2f}); the noise "
+                f"matters at {sm.get('noise_matters', '?')}/{sm['branches']} states (permutation p < 0.05)", fontsize=8)
     x = np.arange(len(rows))
     a_w = 0.4
     b.bar(x - a_w / 2, [r["true_gain"] for r in rows], a_w, label="true: best noise - mean (success)")
@@ -207,7 +245,9 @@ def plot(res: dict, path: pathlib.Path) -> None:
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--run", required=True, help="a `vla rl` DSRL run directory (variant sac or na, encoder vla)")
+    ap.add_argument("--run", help="a `vla rl` DSRL run directory (variant sac or na, encoder vla)")
+    ap.add_argument("--reanalyse", action="store_true",
+                    help="no rollouts: recompute the figures and the plot of OUT/NAME.json from its outcomes")
     ap.add_argument("--scenes", type=int, default=8, help="evaluation scenes (seeds from --seed-start)")
     ap.add_argument("--seed-start", type=int, default=200_000)
     ap.add_argument("--branch-steps", type=int, nargs="+", default=[0, 3], help="macro-steps before the branch")
@@ -217,6 +257,19 @@ def main(argv=None) -> int:
     ap.add_argument("--out", type=pathlib.Path, default=ROOT / "bench" / "results")
     ap.add_argument("--name", default="dsrl_qtruth")
     args = ap.parse_args(argv)
+    if args.reanalyse:
+        path = args.out / f"{args.name}.json"
+        res = json.loads(path.read_text())
+        k = res["config"]["noises"]
+        res["branches"] = [analyse(r, k) for r in res["branches"]]
+        res["summary"] = summarise(res["branches"])
+        res["reanalysed"] = _dt.datetime.now().isoformat(timespec="seconds")
+        path.write_text(json.dumps(res, indent=2))
+        plot(res, args.out / f"{args.name}.png")
+        report(res["summary"])
+        return 0
+    if not args.run:
+        ap.error("--run is required (or --reanalyse)")
     for k in ("scenes", "noises", "continuations"):
         if getattr(args, k) < 1:
             ap.error(f"--{k} must be >= 1")
@@ -261,14 +314,18 @@ def main(argv=None) -> int:
     with open(args.out / f"{args.name}.json", "w") as f:
         json.dump(res, f, indent=2)
     plot(res, args.out / f"{args.name}.png")
-    s = summary
-    fmt = lambda v: "n/a" if v is None else f"{v:.3f}"  # noqa: E731
-    print(f"{s['branches']} branch states: true spread over noises std {fmt(s['true_std'])} (best - mean "
-          f"{fmt(s['true_gain'])}); critic std {fmt(s['critic_std'])}; Spearman(Q^W, truth) {fmt(s['spearman_qw'])} "
-          f"over {s['spearman_defined']} states; policy's noise {fmt(s['policy_p'])} vs random {fmt(s['base_p'])}; "
-          f"replay error {s['replay_state_error_max']:.2e}")
+    report(summary)
     print(f"wrote {args.out / args.name}.json and .png")
     return 0
+
+
+def report(s: dict) -> None:
+    fmt = lambda v: "n/a" if v is None else f"{v:.3f}"  # noqa: E731
+    print(f"{s['branches']} branch states: the noise matters (permutation p < 0.05) at {s['noise_matters']}, "
+          f"between-noise sd of success there {fmt(s['between_sd_where_it_matters'])}; critic spread std "
+          f"{fmt(s['critic_std'])}; Spearman(Q^W, truth) {fmt(s['spearman_qw_where_it_matters'])} there, "
+          f"{fmt(s['spearman_qw'])} over all {s['spearman_defined']} defined; policy's noise {fmt(s['policy_p'])} vs "
+          f"random {fmt(s['base_p'])}; replay error {s['replay_state_error_max']:.2e}")
 
 
 if __name__ == "__main__":

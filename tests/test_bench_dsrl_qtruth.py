@@ -21,6 +21,19 @@ def test_spearman_ranks_and_refuses_constant_sides():
     assert spearman(np.zeros(4), np.arange(4.0)) is None and spearman(np.arange(4.0), np.ones(4)) is None
 
 
+def test_noise_effect_separates_a_noise_that_matters_from_binomial_scatter():
+    from dsrl_qtruth import noise_effect
+
+    one_works = np.zeros((8, 4), bool)
+    one_works[3] = True  # one noise always succeeds, the others never
+    sd, p = noise_effect(one_works)
+    assert p < 0.01 and sd > 0.3
+    assert noise_effect(np.zeros((8, 4), bool)) == (0.0, 1.0)
+    rng = np.random.default_rng(0)  # every noise the same 25%: the scatter is binomial, not the noise's
+    ps = [noise_effect(rng.random((8, 4)) < 0.25, perms=500)[1] for _ in range(40)]
+    assert np.mean(np.array(ps) < 0.05) <= 0.15
+
+
 def test_bench_dsrl_qtruth_quick(tmp_path):
     pytest.importorskip("lerobot")
     from tests.conftest import save_tiny_vla
@@ -47,6 +60,13 @@ def test_bench_dsrl_qtruth_quick(tmp_path):
         assert x["p"] == [float(np.mean(s)) for s in x["success"]] and np.isfinite(x["qw"]).all()
         assert len(x["qa"]) == 3  # NA: its action critic on the candidates' chunks too
     assert res["summary"]["branches"] == 2 and (tmp_path / "res" / "dsrl_qtruth.png").stat().st_size > 10_000
+    assert all(0 < x["perm_p"] <= 1 and x["between_sd"] >= 0 for x in rows)
+    # --reanalyse recomputes the figures from the outcomes, without a run
+    r = subprocess.run([sys.executable, str(ROOT / "bench" / "dsrl_qtruth.py"), "--reanalyse", "--out",
+                        str(tmp_path / "res")], cwd=ROOT, capture_output=True, text=True, timeout=120, env=env)
+    assert r.returncode == 0, r.stderr[-2000:]
+    again = json.loads((tmp_path / "res" / "dsrl_qtruth.json").read_text())
+    assert again["summary"] == res["summary"] and "reanalysed" in again
     # a run directory of another kind is refused by name
     r = subprocess.run([sys.executable, str(ROOT / "bench" / "dsrl_qtruth.py"), "--run", str(tmp_path / "ckpt")],
                        cwd=ROOT, capture_output=True, text=True, timeout=60, env=env)
