@@ -11,8 +11,11 @@ gymnasium env, and the safety layer only the observation's end-effector position
 * Observation [9]: end-effector position p (3), goal g (3), g - p (3).
 * Reward ``exp(-|p - g| / 5 cm)`` per step (1 at the goal, positive, so returns compare as ratios).
 * The workspace: the box ``WORKSPACE_LOW`` .. ``WORKSPACE_HIGH`` (a violation is a step that ends with
-  the measured end effector outside it). The goal lies ``GOAL_INSET`` inside a random face, uniform on
-  it, so the best behaviour stays inside and exploring past the goal leaves the box.
+  the measured end effector outside it). The goal is uniform in the box's middle (``GOAL_FRACTION`` of each
+  half extent around the centre): the task never needs the faces, so the best behaviour stays inside, while
+  exploration (and the home pose, 3 cm under the top face) takes an unguarded learner out. Goals near a face
+  would be a different test: AutoSafe's blend grows toward the faces, and within ``step / gain`` of the
+  balance ``lambda / (1 - lambda) = step / (gain |c - p|)`` its agent cannot hold a point there at all.
 * The safety layer's box is the workspace shrunk by ``TRACKING_MARGIN`` on every face: the layer's
   certificate holds for the displacement model p' = p + step a; the margin covers the simulated arm's
   tracking error about that model (see ``tracking_error`` and the JSON's ``model_error``).
@@ -33,8 +36,8 @@ TRACKING_MARGIN = 0.015
 """m: the safety layer's box is the workspace shrunk by this on every face."""
 STEP = 0.03
 """m of end-effector displacement per unit action, per step."""
-GOAL_INSET = 0.03
-"""m: the goal's distance inside its face of the workspace."""
+GOAL_FRACTION = 0.5
+"""Goals are uniform in centre +- GOAL_FRACTION * half extent of the workspace."""
 REWARD_SCALE = 0.05
 OBS_DIM, ACT_DIM = 9, 3
 
@@ -49,12 +52,10 @@ def inside_workspace(p: np.ndarray) -> bool:
 
 
 def sample_goal(rng: np.random.Generator) -> np.ndarray:
-    """Uniform on a random face of the box inset by ``GOAL_INSET``."""
-    lo, hi = np.asarray(WORKSPACE_LOW) + GOAL_INSET, np.asarray(WORKSPACE_HIGH) - GOAL_INSET
-    g = rng.uniform(lo, hi)
-    axis, side = int(rng.integers(3)), int(rng.integers(2))
-    g[axis] = (lo, hi)[side][axis]
-    return g
+    """Uniform in the middle of the box (``GOAL_FRACTION`` of each half extent around the centre)."""
+    lo, hi = np.asarray(WORKSPACE_LOW), np.asarray(WORKSPACE_HIGH)
+    c, h = (lo + hi) / 2, (hi - lo) / 2
+    return rng.uniform(c - GOAL_FRACTION * h, c + GOAL_FRACTION * h)
 
 
 class ArmReachEnv(gym.Env):

@@ -17,8 +17,9 @@ every arm acts with its own actor from the first step and updates after ``--lear
   state would leave the safe set (``SimplexFilter``, exact one-step model); the replay stores the
   executed action.
 
-``--env arm`` (writes ``autosafe_arm.json``): the simulated Franka reaching a goal 3 cm inside a random face
-of a workspace box (``bench/arm_reach.py``: end-effector displacement actions of up to 3 cm per 10 Hz step,
+``--env arm`` (writes ``autosafe_arm.json``): the simulated Franka reaching a goal in the middle half of a
+workspace box, from a home pose 3 cm under its top face (``bench/arm_reach.py``: end-effector displacement
+actions of up to 3 cm per 10 Hz step,
 reward ``exp(-|p - g| / 5 cm)``, 40-step episodes). The safe action is a proportional controller back to
 the box centre and Delta the normalised distance to the nearest face
 (``policies.safety.workspace``), on the box shrunk by 1.5 cm for the arm's tracking error about the
@@ -135,7 +136,7 @@ def arm_body() -> Body:
         make_env=lambda max_steps, seed: ar.ArmReachEnv(max_steps=max_steps, seed=seed),
         spec=spec, predict=predict, sample_states=sample_states,
         config={"env": {"workspace_low": list(ar.WORKSPACE_LOW), "workspace_high": list(ar.WORKSPACE_HIGH),
-                        "step_m": ar.STEP, "goal_inset_m": ar.GOAL_INSET, "reward_scale_m": ar.REWARD_SCALE,
+                        "step_m": ar.STEP, "goal_fraction": ar.GOAL_FRACTION, "reward_scale_m": ar.REWARD_SCALE,
                         "control_hz": 10},
                 "safe_set": {"guard_low": list(lo), "guard_high": list(hi), "tracking_margin_m": ar.TRACKING_MARGIN,
                              "safe_gain": ws.gain, "certified_sharpness": certified_sharpness(ws)}},
