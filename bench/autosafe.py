@@ -92,6 +92,8 @@ class Body:
     """Full-run defaults of --steps / --max-steps / --learning-starts for this body."""
     finish: Callable[[Any], dict] = lambda env: {}
     """env -> extra per-run measurements (the arm: its error about the displacement model)."""
+    autosafe: dict = dataclasses.field(default_factory=dict)
+    """AutoSafeConfig overrides for this body (the arm: the sharpness cap at its certificate's bound)."""
 
 
 def cartpole_body() -> Body:
@@ -116,9 +118,8 @@ def arm_body() -> Body:
 
     lo, hi = ar.guard_box()
     ws = Workspace(lo, hi, step=ar.STEP, gain=0.2, action_bound=1.0)
-    if AutoSafeConfig().sharpness_max > certified_sharpness(ws):
-        raise ValueError(f"AutoSafe's sharpness cap {AutoSafeConfig().sharpness_max} exceeds the workspace "
-                         f"certificate's {certified_sharpness(ws):.3g}")
+    # the learned sharpness may go as far as the certificate allows (4.3 here; the cart-pole's cap is 2)
+    cap = float(np.floor(certified_sharpness(ws) * 100) / 100)
     spec = workspace_spec(ws, ar.ACT_DIM)
 
     def predict(obs: torch.Tensor, action: torch.Tensor) -> torch.Tensor:  # the displacement model p' = p + step a
@@ -141,7 +142,7 @@ def arm_body() -> Body:
                 "safe_set": {"guard_low": list(lo), "guard_high": list(hi), "tracking_margin_m": ar.TRACKING_MARGIN,
                              "safe_gain": ws.gain, "certified_sharpness": certified_sharpness(ws)}},
         result="autosafe_arm", defaults={"steps": 10_000, "max_steps": 40, "learning_starts": 1000},
-        finish=lambda env: {"model_error": ar.tracking_error(env.model_errors)})
+        finish=lambda env: {"model_error": ar.tracking_error(env.model_errors)}, autosafe={"sharpness_max": cap})
 
 
 BODIES = {"cartpole": cartpole_body, "arm": arm_body}
@@ -149,7 +150,8 @@ BODIES = {"cartpole": cartpole_body, "arm": arm_body}
 
 def make_agent(arm: str, body: Body, sac_cfg: SACConfig, seed: int):
     if arm == "autosafe":
-        return AutoSafeSAC(body.obs_dim, body.act_dim, body.spec, AutoSafeConfig(sac=sac_cfg), seed=seed), None
+        return AutoSafeSAC(body.obs_dim, body.act_dim, body.spec, AutoSafeConfig(sac=sac_cfg, **body.autosafe),
+                           seed=seed), None
     filt = SimplexFilter(body.spec, threshold=0.0, predict=body.predict) if arm == "sac+simplex" else None
     return SAC(body.obs_dim, body.act_dim, sac_cfg, seed=seed), filt
 
@@ -351,7 +353,7 @@ def main(argv=None) -> int:
                       "learning_starts": args.learning_starts, "eval_episodes": args.eval_episodes,
                       "threads": args.threads, "sac": {"hidden": list(hidden), "batch_size": batch, "num_critics": 2,
                                                        "utd": 1},
-                      "autosafe": {k: v for k, v in vars(AutoSafeConfig()).items() if k != "sac"},
+                      "autosafe": {k: v for k, v in vars(AutoSafeConfig(**body.autosafe)).items() if k != "sac"},
                       **body.config},
            "summary": summary,
            "goals": {"autosafe_zero_violations": {

@@ -28,7 +28,8 @@ def test_bench_autosafe_quick(tmp_path, body, stem):
     for name in ("autosafe_return_vs_sac", "inference_hz"):
         assert res["goals"][name]["measured"] > 0 and isinstance(res["goals"][name]["met"], bool)
     auto = next(run for run in res["runs"] if run["arm"] == "autosafe")
-    assert auto["inference"]["hz_median"] > 0 and 0 < auto["sharpness_final"]["mean"] <= 2.0
+    assert auto["inference"]["hz_median"] > 0
+    assert 0 < auto["sharpness_final"]["mean"] <= res["config"]["autosafe"]["sharpness_max"]
     assert (tmp_path / f"{stem}.png").stat().st_size > 10_000
     if body == "arm":  # the arm's measured error about the displacement model the layers certify on
         err = auto["model_error"]
