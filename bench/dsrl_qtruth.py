@@ -126,11 +126,8 @@ def measure(env, agent, scene: int, branch: int, noises: int, continuations: int
     """One branch point (module docstring, steps 1-3). None if the episode ends before it."""
     import torch
 
-    b = agent.sac.cfg.action_scale
-    d = agent.noise_dim
-
-    def base_w(rng: np.random.Generator) -> torch.Tensor:
-        return torch.from_numpy(np.clip(rng.standard_normal((1, d)), -b, b).astype(np.float32))
+    def base_w(aobs, rng: np.random.Generator) -> torch.Tensor:  # the base VLA's noise: DSRL's warm-up draw
+        return agent.act({k: aobs[k] for k in agent.obs_spec}, rng, warmup=True)
 
     def run_chunk(aobs, w) -> np.ndarray:
         with torch.no_grad():
@@ -141,7 +138,8 @@ def measure(env, agent, scene: int, branch: int, noises: int, continuations: int
     rng = np.random.default_rng([scene, 0])
     prefix, ticks = [], 0
     for _ in range(branch):
-        chunk = run_chunk(agent.observe(obs), base_w(rng))[: max_ticks - ticks]
+        aobs = agent.observe(obs)
+        chunk = run_chunk(aobs, base_w(aobs, rng))[: max_ticks - ticks]
         obs, _, term, trunc, info = env.step(chunk)
         prefix.append(chunk)
         ticks += len(chunk)
@@ -151,7 +149,7 @@ def measure(env, agent, scene: int, branch: int, noises: int, continuations: int
     aobs_b = agent.observe(obs)
     # 2. the candidates: K random noises and the policy's mean noise (last)
     crng = np.random.default_rng([scene, branch, 1])
-    ws = [base_w(crng) for _ in range(noises)]
+    ws = [base_w(aobs_b, crng) for _ in range(noises)]
     with torch.no_grad():
         w_pi = agent.act({k: aobs_b[k] for k in agent.obs_spec}, crng, warmup=False, deterministic=True)
     ws.append(w_pi)
@@ -174,7 +172,8 @@ def measure(env, agent, scene: int, branch: int, noises: int, continuations: int
                 t += len(chunk)
                 if term or trunc or t >= max_ticks:
                     break
-                chunk = run_chunk(agent.observe(obs), base_w(srng))[: max_ticks - t]
+                aobs = agent.observe(obs)
+                chunk = run_chunk(aobs, base_w(aobs, srng))[: max_ticks - t]
             success[c, m] = bool(info.get("success", False))
     # 3. the critic at the branch state
     with torch.no_grad():

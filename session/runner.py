@@ -242,20 +242,18 @@ class Session:
                 action, chunk_n = act.action, act.chunk
             # one sampler run per macro-step: robot units from the normalised chunk
             chunk = vla.unnormalize_actions(chunk_n)[: self.max_ticks - ticks].numpy()
-            flagged = False
+            flagged = replaced = False
             if self.operator is not None and learn:
                 op = self.operator(obs, {"episode": self.episode, "step_in_episode": steps, "ticks_in_episode": ticks})
                 if op is not None:
-                    op = np.asarray(op, np.float32)[: self.max_ticks - ticks]
-                    chunk, flagged = op, True
-                    padded = np.concatenate([op, np.repeat(op[-1:], exec_steps - len(op), 0)]) \
-                        if len(op) < exec_steps else op[:exec_steps]
-                    chunk_n = vla.clip_normalized_actions(vla.normalize_actions(torch.from_numpy(padded)))
+                    chunk, flagged, replaced = np.asarray(op, np.float32)[: self.max_ticks - ticks], True, True
             if self.safety is not None:  # the safety layer sees what is about to be executed, whoever chose it
                 chunk, lam = self.safety(obs, chunk)
                 guard_rows += len(lam)
                 guard_lambda_sum += float(lam.sum())
                 guard_lambda_max = max(guard_lambda_max, float(lam.max()))
+                replaced = True
+            if replaced:  # the stored chunk is the executed one, in the normalised units, padded to exec_steps
                 padded = np.concatenate([chunk, np.repeat(chunk[-1:], exec_steps - len(chunk), 0)]) \
                     if len(chunk) < exec_steps else chunk[:exec_steps]
                 chunk_n = vla.clip_normalized_actions(vla.normalize_actions(torch.from_numpy(padded)))
