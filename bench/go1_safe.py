@@ -19,7 +19,10 @@ gymnasium env and the ``in_region`` / ``recovery`` callables built here. (Over t
   trunk still falling (gyro up to 12 rad/s) when it left R.
 * Recovery: ``hardware.go1_control.RecoveryController`` (tuck, rise, stabilise), restarted from the measured
   joints at the start of every segment; its targets are expressed as actions (its tuck gains of kp 30 are
-  replaced by the env's 60 -- the one difference to the simulator's own ``stand`` mode).
+  replaced by the env's 60 -- the one difference to the simulator's own ``stand`` mode). It keeps control
+  until the state is back in R *and* the controller has settled (``RecoverySpec.settled``: level and still
+  for 0.3 s): handed back at the first re-entry, the learner took over mid-rise, often with the trunk still
+  tipping, and the robot left R again.
 """
 
 from __future__ import annotations
@@ -90,6 +93,10 @@ class Go1Recovery:
     def start(self, obs: np.ndarray) -> None:
         self.ctrl.start(np.asarray(obs[:12], np.float64))
 
+    def settled(self) -> bool:
+        """The controller has finished: standing, level and still for its settle time (``phase == 'done'``)."""
+        return self.ctrl.done
+
     def __call__(self, obs: np.ndarray) -> np.ndarray:
         o = np.asarray(obs, np.float64)
         cmd = self.ctrl.step(self.dt, o[:12], o[12:24], o[24:28])
@@ -100,13 +107,13 @@ def recovery_spec(env: Go1SafeEnv):
     from policies.safety.safeexplorer import RecoverySpec
 
     rec = Go1Recovery(env.dt)
-    return RecoverySpec(in_region=in_region, recovery=rec, start=rec.start)
+    return RecoverySpec(in_region=in_region, recovery=rec, start=rec.start, settled=rec.settled)
 
 
 def recovery_rate(level: float, action_std: float = 1.0, trials: int = 30, seed: int = 0) -> dict[str, Any]:
     """How often the recovery brings the Go1 back into R_level: each trial drives the robot with random
     actions ~ N(0, action_std^2) from a fresh stance until it leaves R_level (or 150 steps), then runs the
-    recovery for up to 200 steps (4 s). -> counts of ``reentered`` / ``fell`` / ``timeout`` and of trials that
+    recovery for up to 200 steps (4 s) until it hands back (in R_level and settled, SafeExplorer's rule). -> counts of ``reentered`` / ``fell`` / ``timeout`` and of trials that
     fell before leaving or never left."""
     env = Go1SafeEnv(max_steps=10_000, seed=seed)
     rec = Go1Recovery(env.dt)
@@ -135,7 +142,7 @@ def recovery_rate(level: float, action_std: float = 1.0, trials: int = 30, seed:
                 if term:
                     result = "fell"
                     break
-                if in_region(obs, level):
+                if in_region(obs, level) and rec.settled():
                     result = "reentered"
                     break
             out[result] += 1

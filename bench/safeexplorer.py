@@ -21,7 +21,8 @@ return reaches ``--threshold``; when a run never reaches it, its total falls wit
 bound). Also the final evaluation return, recoveries that re-entered R / failed, wall time. Goal (issue 18):
 >= 10x fewer falls than PPO at equal final return (SafeExplorer's final return >= 0.95x PPO's).
 
-Writes ``bench/results/safeexplorer.json`` and ``safeexplorer.png`` (``--out``).
+Writes ``bench/results/safeexplorer.json`` and ``safeexplorer.png`` (``--out``; ``safeexplorer_go1.*`` for the
+Go1 body, ``--name`` to choose).
 
     .venv/bin/python bench/safeexplorer.py [--quick] [--body balance|go1] [--steps N] [--seeds N] [--out DIR]
 """
@@ -160,6 +161,8 @@ def main(argv=None) -> int:
     ap.add_argument("--quick", action="store_true", help="2 rollouts of 256 steps, 1 seed (a smoke run, not a measurement)")
     ap.add_argument("--body", choices=("balance", "go1"), default="balance")
     ap.add_argument("--out", type=pathlib.Path, default=ROOT / "bench" / "results")
+    ap.add_argument("--name", default=None, help="results file stem (default safeexplorer for balance, "
+                                                 "safeexplorer_go1 for go1)")
     ap.add_argument("--steps", type=int, default=60_000, help="env steps per variant and seed")
     ap.add_argument("--seeds", type=int, default=3)
     ap.add_argument("--variants", default=",".join(VARIANTS), help="comma-separated subset of " + ", ".join(VARIANTS))
@@ -220,16 +223,17 @@ def main(argv=None) -> int:
                               dataclasses.asdict(SafeExplorerConfig.variant("safeexplorer", **cfg_kw)).items()
                               if k not in SAFEEXPLORER_VARIANTS["ppo"]}},
            "summary": summary, "goals": goals, "runs": runs, "wall_s": time.perf_counter() - t_start}
+    stem = args.name or ("safeexplorer" if args.body == "balance" else f"safeexplorer_{args.body}")
     args.out.mkdir(parents=True, exist_ok=True)
-    with open(args.out / "safeexplorer.json", "w") as f:
+    with open(args.out / f"{stem}.json", "w") as f:
         json.dump(res, f, indent=2)
-    plot(res, args.out / "safeexplorer.png")
+    plot(res, args.out / f"{stem}.png")
     print(f"\n{'variant':<13} {'falls to thr':>12} {'falls':>7} {'final return':>13}")
     for v, s in summary.items():
         print(f"{v:<13} {s['falls_to_threshold_mean']:12.1f} {s['falls_total_mean']:7.1f} {s['final_eval_return_mean']:13.1f}")
     for name, g in goals.items():
         print(f"goal {name}: {g['measured']:.3g} -> {'MET' if g['met'] else 'NOT MET'}")
-    print(f"wrote {args.out / 'safeexplorer.json'} and {args.out / 'safeexplorer.png'} in {res['wall_s']:.1f} s")
+    print(f"wrote {args.out / (stem + '.json')} and {args.out / (stem + '.png')} in {res['wall_s']:.1f} s")
     return 0
 
 

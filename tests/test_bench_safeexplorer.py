@@ -37,3 +37,17 @@ def test_go1_region_is_one_the_recovery_returns_from():
     start, full = recovery_rate(0.4, 1.0, trials=10), recovery_rate(1.0, 1.0, trials=10)
     assert start["reentered"] >= 9 and full["reentered"] >= 7, (start, full)
     assert start["never_left"] == full["never_left"] == 0  # every trial tested the recovery
+
+
+def test_bench_safeexplorer_go1_quick_writes_its_own_file(tmp_path):
+    """The Go1 body runs end to end and writes safeexplorer_go1.* (never over the balance body's results)."""
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    r = subprocess.run([sys.executable, str(ROOT / "bench" / "safeexplorer.py"), "--quick", "--body", "go1",
+                        "--variants", "ppo,safeexplorer", "--out", str(tmp_path)],
+                       cwd=ROOT, capture_output=True, text=True, timeout=180, env=env)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert not (tmp_path / "safeexplorer.json").exists()
+    res = json.load(open(tmp_path / "safeexplorer_go1.json"))
+    assert res["config"]["body"] == "go1" and set(res["summary"]) == {"ppo", "safeexplorer"}
+    assert res["summary"]["safeexplorer"]["recoveries_ok_mean"] + res["summary"]["safeexplorer"]["recoveries_failed_mean"] > 0
+    assert (tmp_path / "safeexplorer_go1.png").stat().st_size > 10_000

@@ -9,7 +9,8 @@ switchable pieces (``SafeExplorerConfig``; ``SAFEEXPLORER_VARIANTS`` names the a
    level)`` (is the raw observation inside R_level, e.g. torso height and tilt limits) and a deterministic
    ``recovery(obs)`` (e.g. a stand-up / stabilise controller). At every step of a rollout: if s_t is in R the
    learner samples a_t ~ pi_theta(.|s_t) (a *learner* timestep, t in T_R); otherwise the recovery acts,
-   a_t = recovery(s_t), until the state is back in R. Off (variant ``ppo``): plain PPO, a fall ends the
+   a_t = recovery(s_t), until the state is back in R (and, where the spec has ``settled``, the recovery has
+   finished its manoeuvre: a stand-up that passes through R mid-rise is not interrupted). Off (variant ``ppo``): plain PPO, a fall ends the
    episode, as it does in every variant when the recovery fails.
 2. **Masked policy gradient.** Importance sampling is undefined for a deterministic behaviour policy, so the
    clipped surrogate keeps only the learner's timesteps::
@@ -74,6 +75,11 @@ class RecoverySpec:
     """obs -> the recovery's action [A] (deterministic given the state and the segment's start)."""
     start: Callable[[np.ndarray], None] | None = None
     """Called with the first state of every recovery segment (a stateful controller resets its phase here)."""
+    settled: Callable[[], bool] | None = None
+    """Whether the running recovery has finished its manoeuvre (e.g. a stand-up controller that has held its
+    posture for its settle time). Given, a segment hands control back only once the state is in R *and* the
+    recovery has settled: a robot that passes through R while still falling or rising is not handed back
+    mid-manoeuvre. None: control returns the moment the state re-enters R (the paper's rule)."""
 
 
 # -- the pieces, as functions (tested one by one) -------------------------------------------------
@@ -234,6 +240,7 @@ class SafeExplorer:
         self.episodes: list[dict[str, Any]] = []  # one row per finished episode
         self._obs: np.ndarray | None = None
         self._ep = {"return": 0.0, "length": 0, "recovery_steps": 0}
+        self._act_recovering = False  # act()'s own recovery segment (evaluation), apart from collect()'s
 
     # -- helpers ----------------------------------------------------------------------------------
     def level(self, step: int | None = None) -> float:
@@ -247,17 +254,34 @@ class SafeExplorer:
     def norm(self, obs: np.ndarray) -> np.ndarray:
         return self.obs_rms(obs) if self.obs_rms is not None else np.asarray(obs, np.float32)
 
-    def learner_acts(self, obs: np.ndarray) -> bool:
-        """Whether the learner acts in this raw state (always without recovery; else s in R_level)."""
-        return (not self.cfg.use_recovery) or bool(self.spec.in_region(obs, self.level()))
+    def learner_acts(self, obs: np.ndarray, recovering: bool = False) -> bool:
+        """Whether the learner acts in this raw state: always without recovery; else s in R_level, and, while a
+        recovery segment is running (``recovering``) and the spec has ``settled``, only once it has settled."""
+        if not self.cfg.use_recovery:
+            return True
+        inside = bool(self.spec.in_region(obs, self.level()))
+        if inside and recovering and self.spec.settled is not None:
+            return bool(self.spec.settled())
+        return inside
 
     @torch.no_grad()
     def act(self, obs: np.ndarray, deterministic: bool = True, with_recovery: bool = True) -> np.ndarray:
-        """The action in one raw state (evaluation): the recovery's outside R (when on), else the policy's."""
-        if with_recovery and not self.learner_acts(obs):
-            return np.asarray(self.spec.recovery(obs), np.float32)
+        """The action in one raw state (evaluation): the recovery's outside R (when on) and until it hands back
+        (``RecoverySpec.settled``), else the policy's. Call :meth:`reset_act` at the start of an episode."""
+        if with_recovery:
+            recovering = self._act_recovering
+            if not self.learner_acts(obs, recovering):
+                if not recovering and self.spec.start is not None:
+                    self.spec.start(np.asarray(obs, np.float64))
+                self._act_recovering = True
+                return np.asarray(self.spec.recovery(obs), np.float32)
+            self._act_recovering = False
         d, mean = self.net.dist(torch.from_numpy(self.norm(obs))[None])
         return (mean if deterministic else d.sample())[0].numpy()
+
+    def reset_act(self) -> None:
+        """Forget a recovery segment :meth:`act` was running (a new episode starts with the learner)."""
+        self._act_recovering = False
 
     # -- rollouts ---------------------------------------------------------------------------------
     @torch.no_grad()
@@ -280,7 +304,7 @@ class SafeExplorer:
             x = torch.from_numpy(self.norm(raw))[None]
             obs_n[t] = x[0].numpy()
             values[t] = float(self.net.value(x))
-            learner[t] = self.learner_acts(raw)
+            learner[t] = self.learner_acts(raw, recovering=not self._prev_learner)
             if learner[t]:
                 d, _ = self.net.dist(x)
                 a = d.sample()  # torch's global generator: seeded in __init__

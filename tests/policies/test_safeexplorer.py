@@ -162,3 +162,52 @@ def test_spec_start_hook_and_variants_train():
         assert agent.global_step == 256 and agent.episodes
     # the hook sees the first state of every segment, which lies outside R at the level of the moment
     assert starts and all(not in_region(s, level) for s, level in starts)
+
+
+@pytest.mark.parametrize("hold", [0, 12])
+def test_recovery_keeps_control_until_it_has_settled(hold):
+    """With ``RecoverySpec.settled`` a segment hands back only in R *and* settled (here: after ``hold``
+    recovery steps); segments that re-enter R earlier keep the recovery acting, in collect() and act()."""
+    env = BalanceCartEnv(max_steps=200)
+    base = recovery_spec(env)
+    count = {"n": 0}
+
+    def start(o):
+        count["n"] = 0
+
+    def recovery(o):
+        count["n"] += 1
+        return base.recovery(o)
+
+    spec = RecoverySpec(in_region=base.in_region, recovery=recovery, start=start,
+                        settled=lambda: count["n"] >= hold)
+    cfg = SafeExplorerConfig.variant("masked", num_steps=512, num_minibatches=4, update_epochs=1, norm_obs=False,
+                                     init_log_std=1.0)
+    agent = SafeExplorer(3, 1, cfg, spec, seed=0)
+    batch = agent.collect(env)
+    learner, obs, ends = batch["learner"], batch["obs"], batch["ends"]
+    assert (~learner).any() and learner.any()
+    seg_len, early_inside = 0, 0
+    for t in range(len(learner)):
+        if not learner[t]:
+            seg_len += 1
+            early_inside += int(seg_len > 1 and in_region(obs[t], agent.level()))
+        else:
+            if seg_len:  # a hand-back: in R, after at least `hold` recovery steps
+                assert in_region(obs[t], agent.level()) and seg_len >= hold, (t, seg_len)
+            seg_len = 0
+        if ends[t]:
+            seg_len = 0
+    if hold:
+        assert early_inside > 0, "no segment passed through R before settling: the test did not test the rule"
+    # act() follows the same rule and restarts its segment through the hook
+    agent.reset_act()
+    o = env.set_state(0.0, 1.2 * THETA_R, 0.0)
+    assert not in_region(o, agent.level())
+    acted = []
+    for _ in range(60):
+        a = agent.act(o)
+        acted.append(agent._act_recovering)
+        o, *_ = env.step(a)
+    first_learner = acted.index(False)
+    assert first_learner >= hold
