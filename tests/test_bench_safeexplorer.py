@@ -29,13 +29,14 @@ def test_bench_safeexplorer_quick(tmp_path):
 
 def test_go1_region_is_one_the_recovery_returns_from():
     """SafeExplorer hands control to the recovery when the Go1 leaves R: R must be a set it can return
-    from. 10 exits driven by random joint targets (std 1 action unit) at the curriculum's start and at R's
-    full size; the earlier R (0.6 rad tilt) gave 5 / 30 at full size."""
+    from. 20 exits driven by random joint targets (std 1 action unit) at the curriculum's start and at R's
+    full size (it re-entered 59 / 60 and 58 / 60 of bench/go1_safe.py's measurement); without the tip-rate
+    bound 47 / 60 at full size, and the first R (0.6 rad tilt) 5 / 30."""
     sys.path.insert(0, str(ROOT / "bench"))
     from go1_safe import recovery_rate
 
-    start, full = recovery_rate(0.4, 1.0, trials=10), recovery_rate(1.0, 1.0, trials=10)
-    assert start["reentered"] >= 9 and full["reentered"] >= 7, (start, full)
+    start, full = recovery_rate(0.4, 1.0, trials=20, seed=100), recovery_rate(1.0, 1.0, trials=20, seed=100)
+    assert start["reentered"] >= 18 and full["reentered"] >= 18, (start, full)
     assert start["never_left"] == full["never_left"] == 0  # every trial tested the recovery
 
 
