@@ -305,6 +305,21 @@ def plot(res: dict, path: pathlib.Path) -> None:
     plt.close(fig)
 
 
+def _previous_runs(path: pathlib.Path, config: dict, seeds: list[int], quick: bool) -> list[dict]:
+    """--append: the runs already in ``path`` for other seeds; refused (SystemExit naming the field) when the
+    file is missing, is a quick run, or was made with different settings."""
+    if not path.exists():
+        raise SystemExit(f"--append: {path} does not exist (run without --append first)")
+    old = json.loads(path.read_text())
+    if old.get("quick") != quick:
+        raise SystemExit(f"--append: {path} is a {'quick' if old.get('quick') else 'full'} run; this one is not")
+    for k, v in config.items():
+        if k not in ("seeds", "threads") and old["config"].get(k) != json.loads(json.dumps(v)):
+            raise SystemExit(f"--append: config field {k!r} differs: {path} has {old['config'].get(k)!r}, this run "
+                             f"{v!r}")
+    return [r for r in old["runs"] if r["seed"] not in seeds]
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--env", choices=sorted(BODIES), default="cartpole",
@@ -314,6 +329,10 @@ def main(argv=None) -> int:
     ap.add_argument("--out", type=pathlib.Path, default=ROOT / "bench" / "results")
     ap.add_argument("--steps", type=int, default=None, help="env steps per arm and seed (cartpole 20000, arm 10000)")
     ap.add_argument("--seeds", type=int, default=3)
+    ap.add_argument("--seed-start", type=int, default=0, help="first seed: runs seeds seed-start .. seed-start + seeds - 1")
+    ap.add_argument("--append", action="store_true",
+                    help="add these seeds to the existing results file (same env, steps, episode length, "
+                         "warm-up, evaluation and layer settings; refused otherwise) instead of replacing it")
     ap.add_argument("--max-steps", type=int, default=None, help="episode length (truncation; cartpole 500, arm 40)")
     ap.add_argument("--learning-starts", type=int, default=None, help="env steps before the first update; every arm acts with its own actor from step 0 (1000)")
     ap.add_argument("--eval-episodes", type=int, default=5)
@@ -331,16 +350,26 @@ def main(argv=None) -> int:
         hidden, batch = (64, 64), 64
     torch.set_num_threads(args.threads)
     sac_cfg = SACConfig(num_critics=2, critic_subset=2, utd=1, hidden=hidden, batch_size=batch)
+    seeds = list(range(args.seed_start, args.seed_start + args.seeds))
+    config = {"steps": args.steps, "seeds": seeds, "max_steps": args.max_steps,
+              "learning_starts": args.learning_starts, "eval_episodes": args.eval_episodes,
+              "threads": args.threads, "sac": {"hidden": list(hidden), "batch_size": batch, "num_critics": 2, "utd": 1},
+              "autosafe": {k: v for k, v in vars(AutoSafeConfig(**body.autosafe)).items() if k != "sac"},
+              **body.config}
+    json_path, png_path = args.out / f"{body.result}.json", args.out / f"{body.result}.png"
+    previous = _previous_runs(json_path, config, seeds, args.quick) if args.append else []
     load0 = os.getloadavg()[0]
     t_start = time.perf_counter()
     runs = []
-    for seed in range(args.seeds):
+    for seed in seeds:
         for arm in ARMS:
             r = train(arm, seed, args, sac_cfg, body)
             runs.append(r)
             print(f"seed {seed} {arm:<12} violations {r['violation_steps']:6d} steps / {r['violation_episodes']:4d} "
                   f"episodes, falls {r['falls']:4d}, final return {r['final_return_mean']:8.2f}, "
                   f"{r['steps_per_s']:.0f} steps/s", flush=True)
+    runs = previous + runs
+    config["seeds"] = sorted({r["seed"] for r in runs})
     summary = summarise(runs)
     hz = float(np.mean([r["inference"]["hz_median"] for r in runs if r["arm"] == "autosafe"]))
     ratio = summary["autosafe"]["final_return_mean"] / max(summary["sac"]["final_return_mean"], 1e-9)
@@ -349,12 +378,7 @@ def main(argv=None) -> int:
            "machine": {"cpu_count": os.cpu_count(), "platform": platform.platform(), "torch": torch.__version__,
                        "python": platform.python_version(), "loadavg_1m_start": load0,
                        "loadavg_1m_end": os.getloadavg()[0]},
-           "config": {"steps": args.steps, "seeds": list(range(args.seeds)), "max_steps": args.max_steps,
-                      "learning_starts": args.learning_starts, "eval_episodes": args.eval_episodes,
-                      "threads": args.threads, "sac": {"hidden": list(hidden), "batch_size": batch, "num_critics": 2,
-                                                       "utd": 1},
-                      "autosafe": {k: v for k, v in vars(AutoSafeConfig(**body.autosafe)).items() if k != "sac"},
-                      **body.config},
+           "config": config,
            "summary": summary,
            "goals": {"autosafe_zero_violations": {
                          "goal": "AutoSafe: 0 steps outside the safe set during training, every seed",
@@ -368,9 +392,10 @@ def main(argv=None) -> int:
            "runs": runs, "wall_s": None}
     res["wall_s"] = time.perf_counter() - t_start
     args.out.mkdir(parents=True, exist_ok=True)
-    json_path, png_path = args.out / f"{body.result}.json", args.out / f"{body.result}.png"
-    with open(json_path, "w") as f:
+    tmp = json_path.with_suffix(".json.tmp")
+    with open(tmp, "w") as f:
         json.dump(res, f, indent=2)
+    os.replace(tmp, json_path)  # a killed run never leaves a half-written results file
     plot(res, png_path)
     print(f"\n{'arm':<12} {'viol steps':>10} {'viol eps':>9} {'falls':>6} {'final return':>13}")
     for arm in ARMS:

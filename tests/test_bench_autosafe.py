@@ -64,3 +64,25 @@ def test_arm_reach_goals_fill_the_middle_of_the_box_and_the_reward_peaks_there()
         assert not ar.inside_workspace(outside) and ar.inside_workspace((lo + hi) / 2)
     finally:
         env.close()
+
+
+def test_bench_autosafe_append_adds_seeds_and_refuses_other_settings(tmp_path):
+    """--append --seed-start 1 adds seed 1 to an existing results file; other settings are refused, naming the
+    field, and the file is left as it was."""
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    base = [sys.executable, str(ROOT / "bench" / "autosafe.py"), "--env", "cartpole", "--quick", "--out", str(tmp_path)]
+    run = lambda *extra: subprocess.run(base + list(extra), cwd=ROOT, capture_output=True, text=True,  # noqa: E731
+                                        timeout=180, env=env)
+    r = run("--append")
+    assert r.returncode != 0 and "does not exist" in r.stderr
+    assert run().returncode == 0
+    r = run("--append", "--seed-start", "1")
+    assert r.returncode == 0, r.stderr[-3000:]
+    res = json.load(open(tmp_path / "autosafe.json"))
+    assert res["config"]["seeds"] == [0, 1]
+    assert sorted((x["seed"], x["arm"]) for x in res["runs"]) == sorted(
+        (s, a) for s in (0, 1) for a in ("sac", "autosafe", "sac+simplex"))
+    before = (tmp_path / "autosafe.json").read_text()
+    r = run("--append", "--seed-start", "2", "--max-steps", "50")
+    assert r.returncode != 0 and "'max_steps'" in r.stderr
+    assert (tmp_path / "autosafe.json").read_text() == before
