@@ -50,6 +50,9 @@ from policies.safety.config import SAFEEXPLORER_VARIANTS, SafeExplorerConfig  # 
 from policies.safety.safeexplorer import SafeExplorer  # noqa: E402
 
 VARIANTS = tuple(SAFEEXPLORER_VARIANTS)
+INIT_LOG_STD = {"balance": 0.0, "go1": -1.2}
+"""The policy's initial log std per body: CleanRL's 0 on the 1-d cart; log 0.3 on the Go1, whose 12 joint targets
+at std 1 (0.4 rad of noise every 20 ms) throw the trunk out of any R the recovery can return from in 1-3 steps."""
 GOAL_FALLS_RATIO, GOAL_RETURN_RATIO = 10.0, 0.95
 
 
@@ -171,6 +174,8 @@ def main(argv=None) -> int:
     ap.add_argument("--num-steps", type=int, default=2048, help="env steps per PPO rollout")
     ap.add_argument("--num-minibatches", type=int, default=8)
     ap.add_argument("--update-epochs", type=int, default=10)
+    ap.add_argument("--init-log-std", type=float, default=None,
+                    help="the policy's initial log std, every variant (balance 0.0, go1 -1.2 = log 0.3)")
     ap.add_argument("--curriculum-frac", type=float, default=0.4, help="R grows over this fraction of --steps")
     ap.add_argument("--eval-episodes", type=int, default=2)
     ap.add_argument("--threads", type=int, default=1)
@@ -185,7 +190,10 @@ def main(argv=None) -> int:
     body = make_body(args.body, args.max_steps)
     if args.threshold is None:
         args.threshold = body[2]
-    cfg_kw = dict(num_steps=args.num_steps, num_minibatches=args.num_minibatches, update_epochs=args.update_epochs,
+    if args.init_log_std is None:
+        args.init_log_std = INIT_LOG_STD[args.body]
+    cfg_kw = dict(init_log_std=args.init_log_std, num_steps=args.num_steps, num_minibatches=args.num_minibatches,
+                  update_epochs=args.update_epochs,
                   curriculum_steps=max(1, int(args.curriculum_frac * args.steps)))
     load0 = os.getloadavg()[0]
     t_start = time.perf_counter()

@@ -30,7 +30,7 @@ def test_bench_safeexplorer_quick(tmp_path):
 def test_go1_region_is_one_the_recovery_returns_from():
     """SafeExplorer hands control to the recovery when the Go1 leaves R: R must be a set it can return
     from. 20 exits driven by random joint targets (std 1 action unit) at the curriculum's start and at R's
-    full size (it re-entered 59 / 60 and 58 / 60 of bench/go1_safe.py's measurement); without the tip-rate
+    full size (it re-entered 56 / 60 at both in bench/go1_safe.py's measurement); without the tip-rate
     bound 47 / 60 at full size, and the first R (0.6 rad tilt) 5 / 30."""
     sys.path.insert(0, str(ROOT / "bench"))
     from go1_safe import recovery_rate
