@@ -329,7 +329,8 @@ def main(argv=None) -> int:
     ap.add_argument("--out", type=pathlib.Path, default=ROOT / "bench" / "results")
     ap.add_argument("--steps", type=int, default=None, help="env steps per arm and seed (cartpole 20000, arm 10000)")
     ap.add_argument("--seeds", type=int, default=3)
-    ap.add_argument("--seed-start", type=int, default=0, help="first seed: runs seeds seed-start .. seed-start + seeds - 1")
+    ap.add_argument("--seed-start", type=int, default=0,
+                    help="first seed: runs seeds seed-start .. seed-start + seeds - 1")
     ap.add_argument("--append", action="store_true",
                     help="add these seeds to the existing results file (same env, steps, episode length, "
                          "warm-up, evaluation and layer settings; refused otherwise) instead of replacing it")

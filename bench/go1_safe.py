@@ -116,8 +116,8 @@ def recovery_spec(env: Go1SafeEnv):
 def recovery_rate(level: float, action_std: float = 1.0, trials: int = 30, seed: int = 0) -> dict[str, Any]:
     """How often the recovery brings the Go1 back into R_level: each trial drives the robot with random
     actions ~ N(0, action_std^2) from a fresh stance until it leaves R_level (or 150 steps), then runs the
-    recovery for up to 200 steps (4 s) until it hands back (in R_level and settled, SafeExplorer's rule). -> counts of ``reentered`` / ``fell`` / ``timeout`` and of trials that
-    fell before leaving or never left."""
+    recovery for up to 200 steps (4 s) until it hands back (in R_level and settled, SafeExplorer's rule).
+    -> counts of ``reentered`` / ``fell`` / ``timeout`` and of trials that fell before leaving or never left."""
     env = Go1SafeEnv(max_steps=10_000, seed=seed)
     rec = Go1Recovery(env.dt)
     rng = np.random.default_rng(seed)

@@ -50,5 +50,6 @@ def test_bench_safeexplorer_go1_quick_writes_its_own_file(tmp_path):
     assert not (tmp_path / "safeexplorer.json").exists()
     res = json.load(open(tmp_path / "safeexplorer_go1.json"))
     assert res["config"]["body"] == "go1" and set(res["summary"]) == {"ppo", "safeexplorer"}
-    assert res["summary"]["safeexplorer"]["recoveries_ok_mean"] + res["summary"]["safeexplorer"]["recoveries_failed_mean"] > 0
+    se = res["summary"]["safeexplorer"]
+    assert se["recoveries_ok_mean"] + se["recoveries_failed_mean"] > 0
     assert (tmp_path / "safeexplorer_go1.png").stat().st_size > 10_000

@@ -10,8 +10,8 @@ switchable pieces (``SafeExplorerConfig``; ``SAFEEXPLORER_VARIANTS`` names the a
    ``recovery(obs)`` (e.g. a stand-up / stabilise controller). At every step of a rollout: if s_t is in R the
    learner samples a_t ~ pi_theta(.|s_t) (a *learner* timestep, t in T_R); otherwise the recovery acts,
    a_t = recovery(s_t), until the state is back in R (and, where the spec has ``settled``, the recovery has
-   finished its manoeuvre: a stand-up that passes through R mid-rise is not interrupted). Off (variant ``ppo``): plain PPO, a fall ends the
-   episode, as it does in every variant when the recovery fails.
+   finished its manoeuvre: a stand-up that passes through R mid-rise is not interrupted). Off (variant
+   ``ppo``): plain PPO, a fall ends the episode, as it does in every variant when the recovery fails.
 2. **Masked policy gradient.** Importance sampling is undefined for a deterministic behaviour policy, so the
    clipped surrogate keeps only the learner's timesteps::
 
