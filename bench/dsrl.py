@@ -98,6 +98,8 @@ def launch(job: dict, site: str, args) -> subprocess.Popen:
            "--noise-bound", str(args.noise_bound), "--threads", "1", "--serve", "always"]
     if args.exec_steps:
         cmd += ["--exec-steps", str(args.exec_steps)]
+    if args.noise_dims:
+        cmd += ["--noise-dims", str(args.noise_dims), "--noise-subspace", args.noise_subspace]
     if args.demos and METHODS[job["method"]][0] == "na":  # only NA has an action critic for demos to train
         cmd += ["--demos", args.demos.format(task=job["task"])]
     log = open(job["out"] + ".log", "w")
@@ -202,6 +204,12 @@ def main(argv=None) -> int:
     ap.add_argument("--warmup-steps", type=int, default=100)
     ap.add_argument("--noise-bound", type=float, default=1.5)
     ap.add_argument("--exec-steps", type=int, default=None)
+    ap.add_argument("--noise-dims", type=int, default=None,
+                    help="DSRL: one noise row of this many dims tiled over the chunk (the pi0 option; the VLA's "
+                         "action dim, 7 for the arm); default the whole chunk's noise")
+    ap.add_argument("--noise-subspace", choices=("tile", "mean"), default="tile",
+                    help="with --noise-dims: tile w over the rows (pi0) or set the rows' mean and draw the rest "
+                         "(keeps the VLA's N(0, I) noise)")
     ap.add_argument("--eval-every", type=int, default=10, help="episodes between evaluations")
     ap.add_argument("--eval-episodes", type=int, default=20)
     ap.add_argument("--demos", default=None, metavar="PATTERN",
@@ -256,7 +264,7 @@ def main(argv=None) -> int:
            "machine": {"cpu_count": os.cpu_count(), "platform": platform.platform()},
            "settings": {k: getattr(args, k) for k in ("checkpoint", "tasks", "methods", "seeds", "total_ticks", "utd",
                                                        "distill_steps", "num_critics", "batch_size", "warmup_steps",
-                                                       "noise_bound",
+                                                       "noise_bound", "noise_dims", "noise_subspace",
                                                        "exec_steps", "eval_every", "eval_episodes", "jobs",
                                                        "demos")},
            "wall_s_total": time.perf_counter() - t_start, "summary": summary, "goals": goals,

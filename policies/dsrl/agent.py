@@ -8,8 +8,11 @@ The VLA stays frozen; a small SAC agent acts in the *noise* space. One macro-ste
     x    = vla.sample(feat, noise = T(w))     the VLA denoises w into a chunk [H, A]
     env.step(x[:exec_steps])                  executed as one macro-step
 
-``T(w)`` reshapes a full ``H*A``-dim w to ``[H, A]``, or (``noise_dims = A``, the paper's pi0
-option) tiles one ``A``-dim w over all ``H`` rows.
+``T(w)`` reshapes a full ``H*A``-dim w to ``[H, A]``, or, with ``noise_dims = A``, places one ``A``-dim
+w in the chunk's noise: ``noise_subspace`` ``tile`` repeats it over all ``H`` rows (the paper's pi0
+option), ``mean`` makes it each action dim's coordinate along the all-ones direction over the rows
+(``w / sqrt(H)`` on every row) plus a fresh i.i.d. remainder orthogonal to it,
+``T(w) = 1 w^T / sqrt(H) + (I - 1 1^T / H) eps``, ``eps ~ N(0, I)``: for w ~ N(0, I) that is N(0, I) exactly.
 
 Variants (``DSRLConfig.variant``):
 
@@ -152,11 +155,17 @@ class DSRLAgent(Agent):
         return n
 
     # -- acting --------------------------------------------------------------------------------
-    def w_to_noise(self, w: torch.Tensor) -> torch.Tensor:
-        """[B, d] -> [B, H, A]: reshape (d = H*A) or tile one row over the chunk (d = A)."""
+    def w_to_noise(self, w: torch.Tensor, generator: torch.Generator | None = None) -> torch.Tensor:
+        """[B, d] -> [B, H, A]: reshape (d = H*A), or for d = A tile one row over the chunk or (subspace
+        ``mean``) set the rows' mean to ``w / sqrt(H)`` and draw the rest from ``generator`` (default the
+        SAC generator, part of the training state)."""
         w = torch.as_tensor(w, dtype=torch.float32)
         if self.noise_dim == self.a and self.noise_dim != self.h * self.a:
-            return w[:, None, :].expand(w.shape[0], self.h, self.a).contiguous()
+            rows = w[:, None, :].expand(w.shape[0], self.h, self.a)
+            if self.cfg.noise_subspace == "tile":
+                return rows.contiguous()
+            eps = torch.randn(w.shape[0], self.h, self.a, generator=generator or self.sac.generator)
+            return rows / self.h ** 0.5 + eps - eps.mean(dim=1, keepdim=True)
         return w.reshape(w.shape[0], self.h, self.a)
 
     @torch.no_grad()
@@ -164,13 +173,15 @@ class DSRLAgent(Agent):
         return self.vla.embed(obs_batch)
 
     @torch.no_grad()
-    def chunk(self, feat: torch.Tensor, w: torch.Tensor, normalized: bool = False) -> torch.Tensor:
+    def chunk(self, feat: torch.Tensor, w: torch.Tensor, normalized: bool = False,
+              generator: torch.Generator | None = None) -> torch.Tensor:
         """The chunk [B, H, A] for features ``feat`` and agent action ``w``: the VLA's denoising of
-        noise ``w`` (DSRL), or ``w`` itself as a normalised chunk (the ``action`` baseline)."""
+        noise ``T(w)`` (DSRL; ``generator`` draws the remainder of subspace ``mean``), or ``w`` itself
+        as a normalised chunk (the ``action`` baseline)."""
         if self.cfg.variant == "action":
             x = self.w_to_noise(w)  # within [-action_bound, action_bound]: tanh-squashed (warm-up: clipped)
             return x if normalized else self.vla.unnormalize_actions(x)
-        return self.vla.sample_actions_from_embedding(feat, noise=self.w_to_noise(w), normalized=normalized)
+        return self.vla.sample_actions_from_embedding(feat, noise=self.w_to_noise(w, generator), normalized=normalized)
 
     def act(self, obs: torch.Tensor | dict[str, torch.Tensor], rng: np.random.Generator, warmup: bool,
             deterministic: bool = False, generator: torch.Generator | None = None) -> torch.Tensor:
@@ -226,7 +237,7 @@ class DSRLAgent(Agent):
                   deterministic: bool = False, generator: torch.Generator | None = None) -> Act:
         w = self.act({k: aobs[k] for k in self.obs_spec}, rng, warmup=warmup, deterministic=deterministic,
                      generator=generator)
-        chunk_n = self.chunk(aobs["feat"], w, normalized=True)[0, : self.exec_steps]
+        chunk_n = self.chunk(aobs["feat"], w, normalized=True, generator=generator)[0, : self.exec_steps]
         return Act(action=w[0].numpy().astype(np.float32), chunk=chunk_n)
 
     def buffers(self, intervention: bool) -> tuple[str, ...]:
@@ -381,7 +392,8 @@ class DSRLAgent(Agent):
         out["diag/qw_policy_gain"] = float((self.sac.critic(s, w_pi).mean(dim=0) - qw.mean(dim=1)).mean())
         if self.cfg.variant == "na":
             feat = obs["feat"].repeat_interleave(m, dim=0)
-            a = self.chunk(feat, w_rep, normalized=True)[:, : self.exec_steps].reshape(k * m, -1)
+            a = self.chunk(feat, w_rep, normalized=True, generator=torch.Generator().manual_seed(1))
+            a = a[:, : self.exec_steps].reshape(k * m, -1)
             out.update(_spread("diag/qa", self.qa(s_rep, a).mean(dim=0).reshape(k, m)))
         return out
 

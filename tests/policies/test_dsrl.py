@@ -89,6 +89,34 @@ def test_noise_mapping_full_and_tiled():
     assert torch.equal(tiled.w_to_noise(torch.tensor([[1.0, 2.0]])), torch.tensor([[[1.0, 2.0], [1.0, 2.0]]]))
     with pytest.raises(ValueError, match="noise_dims must be"):
         DSRLAgent(vla, DSRLConfig(noise_dims=3), seed=0)
+    with pytest.raises(ValueError, match="noise_subspace must be one of"):
+        DSRLConfig(noise_subspace="rows")
+
+
+class WideVLA(ToyVLA):
+    noise_shape = action_shape = (8, 3)
+
+
+@pytest.mark.parametrize("subspace", ["tile", "mean"])
+def test_a_row_of_noise_places_w_and_only_mean_keeps_the_vlas_noise_distribution(subspace):
+    """Subspace ``mean``: w is each action dim's coordinate along the rows' all-ones direction, the rest
+    is fresh i.i.d. noise, so w ~ N(0, I) gives the VLA's own N(0, I) noise; ``tile`` does not."""
+    agent = DSRLAgent(WideVLA(), DSRLConfig(noise_dims=3, noise_subspace=subspace, sac=SACConfig(num_critics=2)),
+                      seed=0)
+    h = 8
+    w = torch.randn(20_000, 3, generator=torch.Generator().manual_seed(0))
+    noise = agent.w_to_noise(w, torch.Generator().manual_seed(1))
+    assert noise.shape == (20_000, h, 3)
+    torch.testing.assert_close(noise.mean(dim=1), w / h ** 0.5 if subspace == "mean" else w)
+    cov = torch.cov(noise.reshape(len(w), -1).T)
+    identity_error = float((cov - torch.eye(h * 3)).abs().max())
+    if subspace == "mean":
+        assert identity_error < 0.06, identity_error
+        again = agent.w_to_noise(w[:4], torch.Generator().manual_seed(1))  # the remainder is the generator's
+        torch.testing.assert_close(again, agent.w_to_noise(w[:4], torch.Generator().manual_seed(1)))
+        assert not torch.allclose(again, agent.w_to_noise(w[:4], torch.Generator().manual_seed(2)))
+    else:
+        assert identity_error > 0.9  # every row the same draw: correlation 1 across the chunk
     with pytest.raises(ValueError, match="variant must be one of"):
         DSRLConfig(variant="ppo")
 
