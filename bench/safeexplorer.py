@@ -48,6 +48,7 @@ import torch  # noqa: E402
 
 from policies.safety.config import SAFEEXPLORER_VARIANTS, SafeExplorerConfig  # noqa: E402
 from policies.safety.safeexplorer import SafeExplorer  # noqa: E402
+from vla.data.atomic import atomic_write_bytes  # noqa: E402
 
 VARIANTS = tuple(SAFEEXPLORER_VARIANTS)
 INIT_LOG_STD = {"balance": 0.0, "go1": -0.8}
@@ -235,8 +236,8 @@ def main(argv=None) -> int:
            "summary": summary, "goals": goals, "runs": runs, "wall_s": time.perf_counter() - t_start}
     stem = args.name or ("safeexplorer" if args.body == "balance" else f"safeexplorer_{args.body}")
     args.out.mkdir(parents=True, exist_ok=True)
-    with open(args.out / f"{stem}.json", "w") as f:
-        json.dump(res, f, indent=2)
+    # a killed run never leaves a half-written results file
+    atomic_write_bytes(args.out / f"{stem}.json", json.dumps(res, indent=2).encode())
     plot(res, args.out / f"{stem}.png")
     print(f"\n{'variant':<13} {'falls to thr':>12} {'falls':>7} {'final return':>13}")
     for v, s in summary.items():
