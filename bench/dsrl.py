@@ -276,7 +276,8 @@ def main(argv=None) -> int:
         json.dump(res, f, indent=2)
     plot(done, summary, args.out / "dsrl.png",
          f"DSRL on the frozen compact VLA: {args.total_ticks} ticks, UTD {args.utd}, {args.num_critics} critics, "
-         f"{args.seeds} seed(s), {args.eval_episodes} eval episodes")
+         f"{args.seeds} seed(s), {args.eval_episodes} eval episodes"
+         + (f", {args.noise_dims}-d noise ({args.noise_subspace})" if args.noise_dims else ""))
     for task, ms in summary.items():
         for method, m in ms.items():
             print(f"{task:<18} {method:<9} final {m['final_mean']:.0%} [{m['final_min']:.0%}, {m['final_max']:.0%}] "
