@@ -45,6 +45,16 @@ CLIENT = textwrap.dedent("""
 """)
 
 
+def state_at_sim_time(reader: StreamReader, t_sim: float, wall_limit_s: float = 20.0):
+    """The first streamed state whose sim time is at least ``t_sim``."""
+    deadline = time.monotonic() + wall_limit_s
+    while time.monotonic() < deadline:
+        m = reader.latest(1.0, newer_than_ns=time.monotonic_ns())
+        if m is not None and float(m.arrays["sim_time"][0]) >= t_sim:
+            return m
+    raise AssertionError(f"the sim did not reach sim time {t_sim:.2f} s within {wall_limit_s} s of wall clock")
+
+
 def test_sigkill_client_puts_sim_arm_in_safe_state_within_2x_timeout(sim_server):
     srv = sim_server
     trips_before = srv.stats["watchdog_trips"]
@@ -61,24 +71,24 @@ def test_sigkill_client_puts_sim_arm_in_safe_state_within_2x_timeout(sim_server)
         finally:
             if proc.poll() is None:
                 proc.kill()
-        t_safe = None
+        t_safe = t_sim_safe = None
         deadline = time.monotonic() + 3.0
         while time.monotonic() < deadline:
             m = states.next(0.5)
             if m is not None and m.t_mono_ns > t_kill and m["safe"]:
-                t_safe = m.t_mono_ns
+                t_safe, t_sim_safe = m.t_mono_ns, float(m.arrays["sim_time"][0])
                 break
     assert t_safe is not None, "the arm never reported its safe state after the client was killed"
     latency_ms = (t_safe - t_kill) / 1e6
     print(f"client SIGKILL -> arm safe state: {latency_ms:.1f} ms (timeout {TIMEOUT_MS} ms)")
     assert latency_ms <= 2 * TIMEOUT_MS
     assert srv.stats["watchdog_trips"] == trips_before + 1
-    # safe state = hold: after the stop transient the arm is still
-    time.sleep(1.2)
+    # safe state = hold: after the stop transient the arm is still. Waited for in sim time: on a loaded
+    # machine the real-time sim drops its debt and runs slower than the wall clock, so a wall-clock sleep
+    # can end mid-transient (a CI run saw 0.11 rad/s 1.5 s after the safe state)
     with StreamReader(srv.stream_endpoint, "latest") as r:
-        a = r.latest(1.0, newer_than_ns=time.monotonic_ns())
-        time.sleep(0.3)
-        b = r.latest(1.0, newer_than_ns=time.monotonic_ns())
+        a = state_at_sim_time(r, t_sim_safe + 1.2)
+        b = state_at_sim_time(r, float(a.arrays["sim_time"][0]) + 0.3)
     assert np.abs(b.arrays["dq"]).max() < 0.02
     np.testing.assert_allclose(a.arrays["ee_pos"], b.arrays["ee_pos"], atol=1e-3)
 

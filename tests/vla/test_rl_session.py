@@ -279,7 +279,7 @@ def test_evaluation_noise_is_seeded_per_episode_and_the_first_policy_is_near_the
     sess = Session(cfg, _CameraEnv(), _StubVLA(), progress=False)
     ws: list[torch.Tensor] = []
     chunk = sess.agent.chunk
-    sess.agent.chunk = lambda feat, w, normalized=False: (ws.append(w.clone()), chunk(feat, w, normalized))[1]
+    sess.agent.chunk = lambda feat, w, normalized=False, **kw: (ws.append(w.clone()), chunk(feat, w, normalized, **kw))[1]
     before = sess.agent.sac.generator.get_state()
     first = sess.evaluate(4, 100)
     w1 = torch.cat(ws)
