@@ -78,6 +78,17 @@ def build_data(cfg: TrainConfig, text_encoder) -> tuple[TrainData, dict[str, np.
     return data, stats, cams
 
 
+def frame_sampler(data: TrainData, balance: str, batch_size: int, gen: torch.Generator):
+    """Draws a batch of frame indices: uniformly over the frames (``frames``), or an instruction
+    uniformly and then one of its frames (``tasks``). One instruction: the two are the same draw."""
+    n = len(data.state)
+    if balance == "frames" or len(data.instructions) == 1:
+        return lambda: torch.randint(0, n, (batch_size,), generator=gen)
+    counts = torch.bincount(data.text_idx, minlength=len(data.instructions)).double()
+    weights = 1.0 / counts[data.text_idx]
+    return lambda: torch.multinomial(weights, batch_size, replacement=True, generator=gen)
+
+
 def augment(images: torch.Tensor, cfg: TrainConfig, gen: torch.Generator) -> torch.Tensor:
     from vla.models.encoders import color_jitter, random_shift
 
@@ -314,7 +325,9 @@ def train(cfg: TrainConfig, resume: bool = False, progress: bool = True) -> dict
 
     counts = count_parameters(model)
     n = len(data.state)
+    per_instruction = torch.bincount(data.text_idx, minlength=len(data.instructions)).tolist()
     info = {"episodes": data.episodes, "frames": n, "instructions": data.instructions, "cameras": cams,
+            "frames_per_instruction": dict(zip(data.instructions, per_instruction)), "balance": cfg.balance,
             "parameters": counts}
     with open(os.path.join(run_dir, "data_summary.json"), "w") as f:
         json.dump(info, f, indent=2)
@@ -339,12 +352,13 @@ def train(cfg: TrainConfig, resume: bool = False, progress: bool = True) -> dict
              "train": {"datasets": [os.path.abspath(d) for d in cfg.datasets], "mode": cfg.mode}}
     t0 = time.perf_counter()
     t_log, samples_since = t0, 0
+    draw = frame_sampler(data, cfg.balance, cfg.batch_size, gen)
     bar = tqdm(total=cfg.steps, initial=start, desc="train", unit="step", disable=not progress)
     step = start
     stopped_early = False
     try:
         while step < cfg.steps:
-            idx = torch.randint(0, n, (cfg.batch_size,), generator=gen)
+            idx = draw()
             state = data.state[idx]
             s_std = model.state_std
             state = state + cfg.state_noise * s_std * torch.randn(state.shape, generator=gen)

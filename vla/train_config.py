@@ -6,6 +6,7 @@ import dataclasses
 import json
 
 MODES = ("frozen", "lora", "full")
+BALANCES = ("frames", "tasks")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -56,6 +57,10 @@ class TrainConfig:
     """Brightness / contrast jitter (+-)."""
     state_noise: float = 0.05
     """Gaussian noise on the standardised state (augmentation)."""
+    balance: str = "frames"
+    """How a batch draws its frames: ``frames`` (uniformly over every frame of every dataset, so a task with
+    longer episodes gets more of each batch) or ``tasks`` (an instruction uniformly, then one of its frames:
+    each task gets an equal share however long its episodes are)."""
     lora_rank: int = 8
     lora_alpha: int = 16
     lora_targets: tuple[str, ...] | None = None
@@ -79,6 +84,8 @@ class TrainConfig:
         if self.shift_pad < 0 or self.jitter < 0 or self.aug_views < 0:
             raise ValueError(f"shift_pad, jitter and aug_views must be >= 0, got {self.shift_pad}, {self.jitter}, "
                              f"{self.aug_views}")
+        if self.balance not in BALANCES:
+            raise ValueError(f"balance must be one of {BALANCES}, got {self.balance!r}")
         if self.neck not in ("film", "keypoints"):
             raise ValueError(f"neck must be 'film' or 'keypoints', got {self.neck!r}")
         if not self.datasets:

@@ -131,3 +131,23 @@ def test_init_starts_from_a_checkpoint_and_refuses_another_architecture(tiny_dat
                               src["head.net.0.weight"])
     with pytest.raises(ValueError, match=r"differs from this run's in \['image_size'\]"):
         train(dataclasses.replace(init, out=str(tmp_path / "d"), image_size=32), progress=False)
+
+
+@pytest.mark.parametrize("balance, expected_short_share", [("frames", 0.1), ("tasks", 0.5)])
+def test_balance_sets_each_tasks_share_of_a_batch(balance, expected_short_share):
+    """Two instructions with 100 and 900 frames: ``frames`` draws them 1:9, ``tasks`` 1:1."""
+    from vla.train import TrainData, frame_sampler
+
+    text_idx = torch.cat([torch.zeros(100), torch.ones(900)]).long()
+    data = TrainData(state=torch.zeros(1000, 2), chunks=torch.zeros(1000, 8, 2), text_idx=text_idx,
+                     text_emb=torch.zeros(2, 384), instructions=["short task", "long task"], images={})
+    draw = frame_sampler(data, balance, 256, torch.Generator().manual_seed(0))
+    idx = torch.cat([draw() for _ in range(200)])
+    share = float((text_idx[idx] == 0).float().mean())
+    assert abs(share - expected_short_share) < 0.02, share
+    assert idx.min() >= 0 and idx.max() < 1000
+
+
+def test_unknown_balance_is_refused():
+    with pytest.raises(ValueError, match="balance"):
+        TrainConfig(datasets=("d",), out="o", balance="episodes")

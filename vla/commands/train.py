@@ -71,6 +71,10 @@ but the sentence encoder trains. The fusion and the action expert always train.
                         "keeps every object where it is; 4 for a camera that moves between sessions)")
     p.add_argument("--jitter", type=float, default=d["jitter"],
                    help=f"brightness / contrast jitter, +- (default {d['jitter']})")
+    p.add_argument("--balance", choices=["frames", "tasks"], default=d["balance"],
+                   help=f"how batches draw frames from several datasets (default {d['balance']}): frames = uniformly over "
+                        "all frames (a task with longer episodes gets more of each batch), tasks = an equal share per "
+                        "instruction")
     p.add_argument("--lora-rank", type=int, default=d["lora_rank"])
     p.add_argument("--lora-targets", nargs="+", default=None, help="module names for LoRA (default the trunk's 1x1 convs)")
     p.add_argument("--save-every", type=int, default=d["save_every"], help="checkpoint period in steps")
@@ -162,6 +166,7 @@ def run(args) -> int:
                           fine_blocks=args.fine_blocks,
                           num_tokens=args.num_tokens,
                           neck=args.neck, aug_views=args.aug_views, shift_pad=args.shift_pad, jitter=args.jitter,
+                          balance=args.balance,
                           lora_rank=args.lora_rank,
                           lora_targets=tuple(args.lora_targets) if args.lora_targets else None,
                           save_every=args.save_every, max_minutes=args.max_minutes, seed=args.seed,
