@@ -100,6 +100,8 @@ def launch(job: dict, site: str, args) -> subprocess.Popen:
         cmd += ["--exec-steps", str(args.exec_steps)]
     if args.noise_dims:
         cmd += ["--noise-dims", str(args.noise_dims), "--noise-subspace", args.noise_subspace]
+    if args.encoder != "vla" and METHODS[job["method"]][0] != "action":
+        cmd += ["--encoder", args.encoder]
     if args.demos and METHODS[job["method"]][0] == "na":  # only NA has an action critic for demos to train
         cmd += ["--demos", args.demos.format(task=job["task"])]
     log = open(job["out"] + ".log", "w")
@@ -210,6 +212,9 @@ def main(argv=None) -> int:
     ap.add_argument("--noise-subspace", choices=("tile", "mean"), default="tile",
                     help="with --noise-dims: tile w over the rows (pi0) or set the rows' mean and draw the rest "
                          "(keeps the VLA's N(0, I) noise)")
+    ap.add_argument("--encoder", choices=("vla", "oracle"), default="vla",
+                    help="what the DSRL agents' actor and critics read: the VLA's features (default) or, as a "
+                         "labelled oracle diagnostic, those plus the simulator's object poses (DSRL only)")
     ap.add_argument("--eval-every", type=int, default=10, help="episodes between evaluations")
     ap.add_argument("--eval-episodes", type=int, default=20)
     ap.add_argument("--demos", default=None, metavar="PATTERN",
@@ -264,7 +269,7 @@ def main(argv=None) -> int:
            "machine": {"cpu_count": os.cpu_count(), "platform": platform.platform()},
            "settings": {k: getattr(args, k) for k in ("checkpoint", "tasks", "methods", "seeds", "total_ticks", "utd",
                                                        "distill_steps", "num_critics", "batch_size", "warmup_steps",
-                                                       "noise_bound", "noise_dims", "noise_subspace",
+                                                       "noise_bound", "noise_dims", "noise_subspace", "encoder",
                                                        "exec_steps", "eval_every", "eval_episodes", "jobs",
                                                        "demos")},
            "wall_s_total": time.perf_counter() - t_start, "summary": summary, "goals": goals,
@@ -277,7 +282,8 @@ def main(argv=None) -> int:
     plot(done, summary, args.out / "dsrl.png",
          f"DSRL on the frozen compact VLA: {args.total_ticks} ticks, UTD {args.utd}, {args.num_critics} critics, "
          f"{args.seeds} seed(s), {args.eval_episodes} eval episodes"
-         + (f", {args.noise_dims}-d noise ({args.noise_subspace})" if args.noise_dims else ""))
+         + (f", {args.noise_dims}-d noise ({args.noise_subspace})" if args.noise_dims else "")
+         + (", ORACLE critic input (sim object poses)" if args.encoder == "oracle" else ""))
     for task, ms in summary.items():
         for method, m in ms.items():
             print(f"{task:<18} {method:<9} final {m['final_mean']:.0%} [{m['final_min']:.0%}, {m['final_max']:.0%}] "

@@ -93,8 +93,9 @@ def analyse(row: dict, noises: int) -> dict:
             "policy_p": float(p[-1]), "policy_vs_mean": float(p[-1] - pk.mean())}
 
 
-def load_run(run: str, threads: int = 1):
-    """-> (RLConfig, the frozen VLA, the DSRL agent with the run's last checkpoint)."""
+def load_run(run: str, threads: int = 1, observation_space=None):
+    """-> (RLConfig, the frozen VLA, the DSRL agent with the run's last checkpoint). ``observation_space``:
+    the env's, for an agent whose encoder reads more than the VLA's features (``oracle``)."""
     import torch
 
     from policies import get_method
@@ -110,11 +111,11 @@ def load_run(run: str, threads: int = 1):
     if cfg.method != "dsrl" or cfg.agent.variant not in ("sac", "na"):
         raise SystemExit(f"--run {run}: method {cfg.method!r} variant {getattr(cfg.agent, 'variant', None)!r}; this "
                          "bench reads DSRL's noise critic (variant sac or na)")
-    if cfg.agent.encoder != "vla":
-        raise SystemExit(f"--run {run}: encoder {cfg.agent.encoder!r}; this bench supports encoder vla")
+    if cfg.agent.encoder not in ("vla", "oracle"):
+        raise SystemExit(f"--run {run}: encoder {cfg.agent.encoder!r}; this bench supports encoders vla and oracle")
     vla = load_vla(resolve_checkpoint(cfg.checkpoint))
     agent_cls, _ = get_method("dsrl")
-    agent = agent_cls.build(vla, cfg.agent, seed=cfg.seed)
+    agent = agent_cls.build(vla, cfg.agent, seed=cfg.seed, observation_space=observation_space)
     ckpt = os.path.join(run, "checkpoint", "agent.pt")
     if not os.path.isfile(ckpt):
         ckpt = os.path.join(run, "checkpoint.old", "agent.pt")
@@ -281,9 +282,14 @@ def main(argv=None) -> int:
     from robot_io.site import load_site
     from vla.commands._bridge import running_bridge
     from vla.envs import task_env
+    from session.config import RLConfig
     from vla_steerability import portable_path
 
-    cfg, vla, agent = load_run(args.run)
+    cfg_path = os.path.join(args.run, "rl_config.json")
+    if not os.path.isfile(cfg_path):
+        raise SystemExit(f"--run {args.run}: no rl_config.json there (not a `vla rl` run directory)")
+    run_cfg = RLConfig.from_json(cfg_path)
+    oracle = getattr(run_cfg.agent, "encoder", None) == "oracle"  # the critic reads the sim's privileged state
     site = load_site(args.robot)
     t0 = time.perf_counter()
     rows = []
@@ -291,7 +297,8 @@ def main(argv=None) -> int:
     with tempfile.TemporaryDirectory() as tmp, running_bridge(site, os.path.join(tmp, "bridge.log")):
         client = RobotClient(site)
         try:
-            env = task_env(client, cfg.task)
+            env = task_env(client, run_cfg.task, privileged=oracle)
+            cfg, vla, agent = load_run(args.run, observation_space=env.observation_space)
             max_ticks = cfg.max_episode_ticks or env.max_ticks
             points = [(args.seed_start + i, t) for i in range(args.scenes) for t in args.branch_steps]
             for scene, t in tqdm(points, desc="branch points", unit="state"):

@@ -3,7 +3,8 @@
 * ``task_env(client, task)``: a ``robot_io.RobotEnv`` on a bridge client, for one of the sim
   tasks (``hardware.sim_tasks``): reset lays out the task's scene from the seed, the reward is
   the task's success predicate (``rewards.sim_success``), the episode is truncated after the
-  task's ``max_steps`` control ticks.
+  task's ``max_steps`` control ticks (``privileged=True``: the observation also carries the
+  simulator's object poses, a labelled oracle, ``vla.oracle_env``).
 * ``load_env_factory("package.module:make_env")``: any user gymnasium env with the observation
   layout of DESIGN.md (images / state / instruction), for ``--env``.
 * ``VLAPolicy``: wraps a VLA as ``obs -> action chunk`` (numpy) for a RobotEnv.
@@ -17,10 +18,17 @@ from typing import Any, Callable
 import numpy as np
 
 
-def task_env(client, task: str, control_hz: float = 10.0, instruction: str | None = None):
+def task_env(client, task: str, control_hz: float = 10.0, instruction: str | None = None,
+             privileged: bool = False):
+    """``privileged``: observations also carry the simulator's object poses (``vla.oracle_env``, a
+    labelled oracle for diagnostics such as DSRL's ``--encoder oracle``)."""
     from hardware.sim_tasks import get_task
     from rewards.sim_success import success_reward
-    from robot_io.env import RobotEnv
+
+    if privileged:
+        from vla.oracle_env import PrivilegedTaskEnv as RobotEnv
+    else:
+        from robot_io.env import RobotEnv
 
     t = get_task(task)
 

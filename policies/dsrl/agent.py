@@ -36,6 +36,9 @@ re-generates chunks for replayed states with fresh noise.
 Observation encoders (``DSRLConfig.encoder``): what the actor and the critics read.
 
 * ``vla``: the frozen VLA's embedding ``feat`` (no trainable encoder).
+* ``oracle`` (a labelled oracle, sim tasks only): the VLA's embedding summary and the simulator's
+  privileged state ``obs["privileged"]`` (object poses relative to the gripper, ``vla.oracle_env``),
+  concatenated; no trainable encoder. A diagnostic: no real robot has that state.
 * ``cnn`` (the paper's pi0 setup): the camera frames at ``image_size`` (uint8) and the robot
   state through ``SmallImageStateEncoder``, shared by actor and critics (SERL / DrQ): trained by
   the critic's TD loss (NA: ``Q^A``'s), read detached by the actor (and, in NA, by ``Q^W``'s
@@ -76,6 +79,17 @@ class _Select(nn.Module):
         return obs["feat"][:, : self.out_dim]
 
 
+class _SelectPrivileged(_Select):
+    """Encoder ``oracle``: the VLA features' summary and the privileged state, concatenated."""
+
+    def __init__(self, dim: int, privileged_dim: int) -> None:
+        super().__init__(dim)
+        self.summary_dim, self.out_dim = dim, dim + privileged_dim
+
+    def forward(self, obs: dict[str, torch.Tensor]) -> torch.Tensor:
+        return torch.cat([obs["feat"][:, : self.summary_dim], obs["privileged"]], dim=1)
+
+
 class DSRLAgent(Agent):
     """The DSRL agent (``policies.base.Agent``; ``vla rl --method dsrl``). Args:
         vla: the frozen VLA (``noise_shape``, ``embed``, ``sample_actions_from_embedding``, ...).
@@ -83,10 +97,12 @@ class DSRLAgent(Agent):
             never reads the embedding (encoder ``cnn`` with variant ``sac`` / ``action``). Encoder
             ``vla``: actor and critics read its first ``vla.embed_summary_dim`` columns.
         cameras, state_dim: encoder ``cnn``: the camera names and the robot state's length.
+        privileged_dim: encoder ``oracle``: the length of the env's ``privileged`` observation.
     """
 
     def __init__(self, vla, cfg: DSRLConfig = DSRLConfig(), seed: int = 0, feat_dim: int | None = None,
-                 cameras: list[str] | tuple[str, ...] | None = None, state_dim: int | None = None) -> None:
+                 cameras: list[str] | tuple[str, ...] | None = None, state_dim: int | None = None,
+                 privileged_dim: int | None = None) -> None:
         self.vla, self.cfg = vla, cfg
         self.h, self.a = (int(x) for x in vla.noise_shape)  # the sampler's noise [H, A]
         horizon, self.action_width = (int(x) for x in vla.action_shape)  # the chunk it returns
@@ -103,7 +119,7 @@ class DSRLAgent(Agent):
         # the embedding's size: the VLA interface's ``embedding_dim`` where it has one
         self.feat_dim = feat_dim or _embed_dim(vla)
         # NA re-generates chunks pi_vla(s, w) from the stored embedding, whatever the encoder
-        stores_feat = cfg.encoder == "vla" or cfg.variant == "na"
+        stores_feat = cfg.encoder in ("vla", "oracle") or cfg.variant == "na"
         if stores_feat and not self.feat_dim:
             raise ValueError("feat_dim: size of vla.embed() features could not be inferred; pass feat_dim")
         self.obs_spec: dict[str, tuple[tuple[int, ...], Any]] = {}
@@ -122,6 +138,13 @@ class DSRLAgent(Agent):
             s = cfg.image_size
             self.obs_spec.update({c: ((s, s, 3), np.uint8) for c in self.cameras})
             self.obs_spec["state"] = ((int(state_dim),), np.float32)
+        elif cfg.encoder == "oracle":
+            if not privileged_dim:
+                raise ValueError("encoder 'oracle' needs privileged_dim= (the env's `privileged` observation length: "
+                                 "a sim task env made with privileged=True)")
+            self.cameras = []
+            encoder = _SelectPrivileged(_summary_dim(vla, self.feat_dim), int(privileged_dim))
+            self.obs_spec["privileged"] = ((int(privileged_dim),), np.float32)
         else:
             self.cameras = []
             encoder = _Select(_summary_dim(vla, self.feat_dim))
@@ -230,6 +253,11 @@ class DSRLAgent(Agent):
             out[cam] = resize_uint8(img, self.cfg.image_size)
         if "state" in self.obs_spec:
             out["state"] = torch.from_numpy(np.asarray(obs["state"], np.float32))[None]
+        if "privileged" in self.obs_spec:
+            if "privileged" not in obs:
+                raise ValueError("encoder 'oracle': the observation has no `privileged` field (make the sim task env "
+                                 "with privileged=True)")
+            out["privileged"] = torch.from_numpy(np.asarray(obs["privileged"], np.float32))[None]
         out["feat"] = feat
         return out
 
@@ -424,10 +452,16 @@ def _spread(name: str, q: torch.Tensor) -> dict[str, float]:
 
 
 def _camera_layout(cfg: DSRLConfig, observation_space) -> dict[str, Any]:
-    """The encoder ``cnn``'s inputs: the env's camera names and robot state length ({} for ``vla``)."""
+    """The encoder ``cnn``'s inputs: the env's camera names and robot state length; ``oracle``'s: the
+    privileged observation's length ({} for ``vla``)."""
     if cfg.encoder == "vla":
         return {}
     spaces = getattr(observation_space, "spaces", {}) or {}
+    if cfg.encoder == "oracle":
+        if "privileged" not in spaces:
+            raise ValueError("encoder 'oracle' reads the env's `privileged` observation (a sim task env made with "
+                             "privileged=True); this env has none")
+        return {"privileged_dim": int(spaces["privileged"].shape[0])}
     if "images" not in spaces or "state" not in spaces:
         raise ValueError(f"encoder {cfg.encoder!r} reads the env's cameras and state: the env needs an "
                          "observation_space with 'images' and 'state' (a learner without an env cannot build it)")

@@ -9,7 +9,7 @@ from typing import ClassVar
 from policies.common.sac_config import SACConfig
 
 VARIANTS = ("sac", "na", "action")
-ENCODERS = ("vla", "cnn")
+ENCODERS = ("vla", "cnn", "oracle")
 NOISE_SUBSPACES = ("tile", "mean")
 
 
@@ -24,7 +24,9 @@ class DSRLConfig:
     encoder: str = dataclasses.field(default="vla", metadata={"choices": ENCODERS})
     """What actor and critics read: ``vla`` (the frozen VLA's embedding) or ``cnn`` (the camera frames at
     ``image_size`` + the robot state through a small CNN trained by the critic loss, as DSRL on pi0;
-    the replay stores the frames, so such a session runs in-process only)."""
+    the replay stores the frames, so such a session runs in-process only) or ``oracle`` (a labelled oracle for
+    diagnostics, sim tasks only: the VLA's embedding plus the simulator's object poses relative to the gripper,
+    ``vla.oracle_env``; does the critic fail because it cannot see what decides success?)."""
     noise_bound: float = 1.5
     """b: the agent's noise lies in [-b, b]^d (paper: 1.0 - 2.5)."""
     action_bound: float = 1.0

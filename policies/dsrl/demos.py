@@ -40,6 +40,9 @@ def demo_transitions(agent, roots: list[str] | tuple[str, ...], instruction: str
     from vla.data.demos import load_demos
     from vla.data.episode_log import EPISODE_LOG_PATH, read_outcomes
 
+    if "privileged" in agent.obs_spec:
+        raise ValueError("--demos with --encoder oracle: recorded demos carry no simulator state for the oracle's "
+                         "critic to read; drop --demos or use --encoder vla")
     vla = agent.vla
     n = agent.exec_steps
     cameras, image_size = _frames_to_load(vla, agent)

@@ -313,3 +313,71 @@ def test_cnn_agent_and_replay_round_trip_through_bytes_give_identical_updates(va
                        b.act(obs, None, warmup=False, deterministic=True))
     with pytest.raises(ValueError, match="encoder 'cnn'"):
         DSRLAgent(ToyVLA(), dataclasses.replace(a.cfg, encoder="vla")).load_state_dict(a.state_dict())
+
+
+def _oracle_agent(variant: str, privileged_dim: int = 3) -> DSRLAgent:
+    cfg = DSRLConfig(variant=variant, encoder="oracle", noise_bound=2.0, distill_steps=2,
+                     sac=SACConfig(utd=2, batch_size=64, num_critics=2, hidden=(64, 64), init_temperature=0.01,
+                                   backup_entropy=False, gamma=0.0, critic_lr=1e-3))
+    return DSRLAgent(ToyVLA().requires_grad_(False), cfg, seed=0, privileged_dim=privileged_dim)
+
+
+def _oracle_error(variant: str, privileged: dict[int, np.ndarray]) -> list[float]:
+    """Two contexts with the same VLA features, each rewarding a different chunk; ``privileged[ctx]`` is
+    all the oracle encoder sees of the context. -> each context's squared error of the greedy chunk."""
+    torch.manual_seed(0)
+    agent = _oracle_agent(variant)
+    buf = ReplayBuffer(10_000, agent.obs_spec, agent.noise_dim, {"chunk": ((2, 2), np.float32)})
+    rng = np.random.default_rng(0)
+
+    def obs(ctx: int) -> dict:
+        return {"feat": np.ones(4, np.float32), "privileged": privileged[ctx]}
+
+    for i in range(200):
+        ctx = i % 2
+        o = obs(ctx)
+        w = agent.act(_batch(o), rng, warmup=i < 60)
+        chunk = agent.chunk(torch.ones(1, 4), w, normalized=True)[0]
+        r = float(-((chunk - CNN_TARGETS[ctx]) ** 2).sum())
+        buf.add(o, w[0].numpy(), r, o, True, chunk=chunk.numpy())
+        if i >= 60:
+            agent.update(buf, None, rng)
+    errs = []
+    for ctx, target in enumerate(CNN_TARGETS):
+        w = agent.act(_batch(obs(ctx)), rng, warmup=False, deterministic=True)
+        errs.append(float(((agent.chunk(torch.ones(1, 4), w, normalized=True)[0] - target) ** 2).sum()))
+    return errs
+
+
+@pytest.mark.parametrize("variant", ["sac", "na"])
+def test_oracle_encoder_reads_the_privileged_state(variant):
+    """The contexts differ only in the privileged vector: with it the agent finds each context's noise;
+    with the vector blanked (the same in both contexts) it cannot serve both targets at once."""
+    torch.set_num_threads(1)
+    base = float(((torch.tanh(torch.full((2, 2), -0.8)) - CNN_TARGETS[0]) ** 2).sum())  # zero noise, context 0
+    seen = _oracle_error(variant, {0: np.array([1, 0, 0], np.float32), 1: np.array([0, 1, 0], np.float32)})
+    assert max(seen) < 0.1 * base, (variant, seen, base)
+    if variant == "sac":  # the encoder is the same for both variants: one blind run shows the vector is the cue
+        blind = _oracle_error(variant, {0: np.zeros(3, np.float32), 1: np.zeros(3, np.float32)})
+        assert max(blind) > 0.3 * base, (variant, blind, base)
+
+
+def test_oracle_encoder_layout_and_refusals():
+    agent = _oracle_agent("na", privileged_dim=25)
+    assert agent.obs_spec == {"privileged": ((25,), np.float32), "feat": ((4,), np.float32)}
+    assert agent.sac.obs_dim == 4 + 25
+    with pytest.raises(ValueError, match="privileged_dim"):
+        DSRLAgent(ToyVLA(), DSRLConfig(encoder="oracle"))
+    with pytest.raises(ValueError, match="no `privileged` field"):
+        agent.observe_with({"images": {}, "state": np.zeros(8, np.float32)}, torch.ones(1, 4))
+    with pytest.raises(ValueError, match="oracle"):
+        agent.demo_transitions(["nowhere"], "pick")
+    import gymnasium as gym
+
+    from policies.dsrl.agent import _camera_layout
+
+    space = gym.spaces.Dict({"state": gym.spaces.Box(-1, 1, (8,))})
+    with pytest.raises(ValueError, match="has none"):
+        _camera_layout(DSRLConfig(encoder="oracle"), space)
+    space.spaces["privileged"] = gym.spaces.Box(-1, 1, (25,))
+    assert _camera_layout(DSRLConfig(encoder="oracle"), space) == {"privileged_dim": 25}

@@ -91,8 +91,11 @@ def make_sim_env(cfg, client):
     the scene (a prompt with a timeout)."""
     from vla.envs import task_env
 
+    oracle = wants_privileged(cfg)
+    if oracle and cfg.reward != "task":
+        raise ValueError("--encoder oracle reads the simulator's object poses: it needs --reward task on a sim task")
     if cfg.reward == "task":
-        return task_env(client, cfg.task, instruction=cfg.instruction)
+        return task_env(client, cfg.task, instruction=cfg.instruction, privileged=oracle)
     from rewards.success_classifier import classifier_reward
     from robot_io.env import RobotEnv
     from vla.operator_reset import OperatorReset, OperatorResetHook
@@ -186,9 +189,16 @@ def _new_config(args):
     return RLConfig(method=method, agent=_method_config(args, method), **v)
 
 
+def wants_privileged(cfg) -> bool:
+    """DSRL's ``--encoder oracle`` reads the simulator's privileged state (a labelled oracle)."""
+    return getattr(cfg.agent, "encoder", None) == "oracle"
+
+
 def make_env(cfg, client=None):
     """The session's env: ``--env``'s factory, or the robot (sim) env on the bridge client."""
     if cfg.env:
+        if wants_privileged(cfg):
+            raise ValueError("--encoder oracle reads a sim task's object poses; an --env has none: use --task")
         from vla.envs import load_env_factory
 
         return load_env_factory(cfg.env)()
