@@ -354,3 +354,23 @@ def test_an_operator_stop_at_reset_checkpoints_the_finished_episodes_and_resume_
     assert summary["ticks"] == 48 and summary["episodes"] == 6
     eps = [json.loads(x) for x in open(tmp_path / "run" / "episodes.jsonl")]
     assert [e["episode"] for e in eps] == list(range(6))
+
+
+def test_oracle_encoder_session_stores_the_simulators_object_poses(tiny_vla, tmp_path):
+    """`vla rl --encoder oracle` on the fast sim: every stored observation carries the privileged vector
+    (object offsets from the gripper, orientations, gripper pose), and it changes as the arm moves."""
+    from policies.common.replay import ReplayBuffer
+
+    out = tmp_path / "run"
+    r = subprocess.run([sys.executable, "-m", "vla.cli", "rl", "--checkpoint", tiny_vla, "--task", "pick_red_cube",
+                        "--out", str(out), "--total-ticks", "32", "--variant", "sac", "--encoder", "oracle", *SMALL],
+                       cwd=ROOT, env={**os.environ, "MUJOCO_GL": os.environ.get("MUJOCO_GL", "egl")},
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr[-3000:]
+    buf = ReplayBuffer.load(out / "checkpoint/online.npz")
+    priv = buf.obs["privileged"][: len(buf)]
+    assert len(buf) == 4 and (priv.shape[1] - 4) % 7 == 0 and priv.shape[1] > 4
+    n = (priv.shape[1] - 4) // 7
+    assert np.all(np.abs(priv[:, : 3 * n]) < 1.5)  # object offsets from the gripper, metres, inside the cell
+    assert np.abs(np.diff(priv[:, -4:-1], axis=0)).max() > 1e-4  # the gripper moved between macro-steps
+    assert json.loads((out / "summary.json").read_text())["vla_weights_unchanged"]
