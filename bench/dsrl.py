@@ -221,6 +221,9 @@ def main(argv=None) -> int:
                     help="dsrl-na only: a recorded dataset per task for its demo buffer, {task} filled in, "
                          "e.g. data/q0.75_{task}")
     ap.add_argument("--jobs", type=int, default=2, help="sessions run in parallel (one sim bridge each)")
+    ap.add_argument("--port0", type=int, default=5700,
+                    help="session j's sim bridge uses ports port0 + 20 j ... (default 5700; give a second bench run "
+                         "on the same machine its own, e.g. 5800)")
     ap.add_argument("--quick", action="store_true", help="1 seed, 96 ticks, tiny updates: a smoke run")
     ap.add_argument("--out", type=pathlib.Path, default=ROOT / "bench" / "results")
     ap.add_argument("--work", default=None, help="where the session run directories go (default a temp dir)")
@@ -232,7 +235,7 @@ def main(argv=None) -> int:
     os.makedirs(work, exist_ok=True)
     jobs = [{"task": t, "method": m, "seed": s, "out": os.path.join(work, f"{t}-{m}-s{s}")}
             for t in args.tasks for s in range(args.seeds) for m in args.methods]
-    sites = [site_with_ports(os.path.join(work, f"site{i}.yaml"), 5700 + 20 * i) for i in range(args.jobs)]
+    sites = [site_with_ports(os.path.join(work, f"site{i}.yaml"), args.port0 + 20 * i) for i in range(args.jobs)]
     running: dict[int, tuple[dict, subprocess.Popen]] = {}
     pending, done = list(jobs), []
     t_start = time.perf_counter()
