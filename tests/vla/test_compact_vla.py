@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import os
 
 import numpy as np
 import pytest
@@ -232,3 +233,16 @@ def test_checkpoints_from_before_text_statistics_still_load(tmp_path, model):
     save_file(state, path)
     loaded = CompactVLA.load(str(tmp_path / "old"))
     assert torch.equal(loaded.text_mean, torch.zeros_like(loaded.text_mean)) and float(loaded.text_scale) == 1.0
+
+
+def test_loading_the_text_encoder_prints_no_library_progress_bar():
+    """A user's terminal shows our progress bars, not transformers' "Loading weights" bar."""
+    import subprocess
+    import sys
+
+    code = "from vla.models.encoders import TextEncoder; print(TextEncoder()(['pick up the red cube']).shape)"
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                       cwd=os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert "384" in r.stdout
+    assert "Loading weights" not in r.stderr and "it/s" not in r.stderr, r.stderr[-2000:]

