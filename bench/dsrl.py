@@ -133,8 +133,13 @@ def collect(job: dict) -> dict:
 
 
 def portable(arg: str | None) -> str | None:
-    """An absolute path in the results becomes its last two parts (no machine paths in results)."""
-    return os.path.join(*pathlib.Path(arg).parts[-2:]) if arg and os.path.isabs(arg) else arg
+    """An absolute path in the results becomes its part from the last ``runs`` folder on (else its last two
+    parts): no machine paths in results."""
+    if not arg or not os.path.isabs(arg):
+        return arg
+    parts = pathlib.Path(arg).parts
+    i = max((k for k, x in enumerate(parts) if x == "runs"), default=len(parts) - 2)
+    return os.path.join(*parts[i:])
 
 
 def summarize(rows: list[dict]) -> dict:
