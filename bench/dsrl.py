@@ -133,13 +133,11 @@ def collect(job: dict) -> dict:
 
 
 def portable(arg: str | None) -> str | None:
-    """An absolute path in the results becomes its part from the last ``runs`` folder on (else its last two
-    parts): no machine paths in results."""
-    if not arg or not os.path.isabs(arg):
-        return arg
-    parts = pathlib.Path(arg).parts
-    i = max((k for k, x in enumerate(parts) if x == "runs"), default=len(parts) - 2)
-    return os.path.join(*parts[i:])
+    """An absolute path in the results becomes ``vla_steerability.portable_path``'s form (from its last ``runs``
+    folder on): no machine paths in results."""
+    from vla_steerability import portable_path
+
+    return portable_path(arg) if arg and os.path.isabs(arg) else arg
 
 
 def summarize(rows: list[dict]) -> dict:

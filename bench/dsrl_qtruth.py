@@ -93,17 +93,10 @@ def analyse(row: dict, noises: int) -> dict:
             "policy_p": float(p[-1]), "policy_vs_mean": float(p[-1] - pk.mean())}
 
 
-def load_run(run: str, threads: int = 1, observation_space=None):
-    """-> (RLConfig, the frozen VLA, the DSRL agent with the run's last checkpoint). ``observation_space``:
-    the env's, for an agent whose encoder reads more than the VLA's features (``oracle``)."""
-    import torch
-
-    from policies import get_method
+def run_config(run: str):
+    """-> the run's RLConfig; refuses a directory that is not a DSRL session this bench can read."""
     from session.config import RLConfig
-    from vla.models import load_vla
-    from vla.train import resolve_checkpoint
 
-    torch.set_num_threads(threads)
     cfg_path = os.path.join(run, "rl_config.json")
     if not os.path.isfile(cfg_path):
         raise SystemExit(f"--run {run}: no rl_config.json there (not a `vla rl` run directory)")
@@ -113,6 +106,21 @@ def load_run(run: str, threads: int = 1, observation_space=None):
                          "bench reads DSRL's noise critic (variant sac or na)")
     if cfg.agent.encoder not in ("vla", "oracle"):
         raise SystemExit(f"--run {run}: encoder {cfg.agent.encoder!r}; this bench supports encoders vla and oracle")
+    return cfg
+
+
+def load_run(run: str, threads: int = 1, observation_space=None, cfg=None):
+    """-> (RLConfig, the frozen VLA, the DSRL agent with the run's last checkpoint). ``observation_space``:
+    the env's, for an agent whose encoder reads more than the VLA's features (``oracle``); ``cfg``: the
+    run's ``run_config`` when the caller has read it already."""
+    import torch
+
+    from policies import get_method
+    from vla.models import load_vla
+    from vla.train import resolve_checkpoint
+
+    torch.set_num_threads(threads)
+    cfg = cfg or run_config(run)
     vla = load_vla(resolve_checkpoint(cfg.checkpoint))
     agent_cls, _ = get_method("dsrl")
     agent = agent_cls.build(vla, cfg.agent, seed=cfg.seed, observation_space=observation_space)
@@ -282,14 +290,10 @@ def main(argv=None) -> int:
     from robot_io.site import load_site
     from vla.commands._bridge import running_bridge
     from vla.envs import task_env
-    from session.config import RLConfig
     from vla_steerability import portable_path
 
-    cfg_path = os.path.join(args.run, "rl_config.json")
-    if not os.path.isfile(cfg_path):
-        raise SystemExit(f"--run {args.run}: no rl_config.json there (not a `vla rl` run directory)")
-    run_cfg = RLConfig.from_json(cfg_path)
-    oracle = getattr(run_cfg.agent, "encoder", None) == "oracle"  # the critic reads the sim's privileged state
+    run_cfg = run_config(args.run)  # refused before a bridge starts
+    oracle = run_cfg.agent.encoder == "oracle"  # the critic reads the sim's privileged state
     site = load_site(args.robot)
     t0 = time.perf_counter()
     rows = []
@@ -298,7 +302,7 @@ def main(argv=None) -> int:
         client = RobotClient(site)
         try:
             env = task_env(client, run_cfg.task, privileged=oracle)
-            cfg, vla, agent = load_run(args.run, observation_space=env.observation_space)
+            cfg, vla, agent = load_run(args.run, observation_space=env.observation_space, cfg=run_cfg)
             max_ticks = cfg.max_episode_ticks or env.max_ticks
             points = [(args.seed_start + i, t) for i in range(args.scenes) for t in args.branch_steps]
             for scene, t in tqdm(points, desc="branch points", unit="state"):
