@@ -61,3 +61,24 @@ def test_list_tasks_needs_no_root(capsys):
     assert "pick_red_cube" in capsys.readouterr().out
     assert main(["record", "--task", "pick_red_cube", "--teleop", "scripted"]) == 2
     assert "--root is required" in capsys.readouterr().err
+
+
+def test_mistake_rate_records_the_experts_wrong_goal_as_kept_failures(tmp_path):
+    """--mistake-rate 1 with a full-quality expert: every episode goes for a wrong cube, so every kept
+    episode is a failure, and the side log says which rate made it (a multimodal base for RL)."""
+    root = tmp_path / "mm"
+    assert main(["record", "--robot", "sim-franka-fast", "--task", "pick_red_cube", "--teleop", "scripted",
+                 "--mistake-rate", "1", "--expert-seed", "7", "--keep-failures", "--episodes", "2",
+                 "--root", str(root)]) == 0
+    side = [json.loads(line) for line in open(root / "meta" / "vla_episodes.jsonl")]
+    assert len(side) == 2 and not any(s["success"] for s in side)
+    assert all(s["mistake_rate"] == 1.0 and s["expert_quality"] == 1.0 and s["expert_seed"] == 7 for s in side)
+    assert [s["seed"] for s in side] == [0, 1]  # the scenes still follow --seed
+
+
+@pytest.mark.parametrize("argv", [["--teleop", "keyboard", "--mistake-rate", "0.5"],
+                                  ["--teleop", "scripted", "--mistake-rate", "1.5"],
+                                  ["--teleop", "keyboard", "--expert-seed", "3"]])
+def test_record_refuses_expert_knobs_without_the_scripted_expert(tmp_path, capsys, argv):
+    assert main(["record", "--task", "pick_red_cube", *argv, "--root", str(tmp_path / "x")]) == 2
+    assert argv[2] in capsys.readouterr().err

@@ -52,6 +52,16 @@ z re-record, Esc stop. Recording into an existing dataset appends to it.
     p.add_argument("--teleop", default="keyboard", help="keyboard | gamepad | spacemouse | scripted (default keyboard)")
     p.add_argument("--expert-quality", type=float, default=1.0,
                    help="scripted expert quality in [0, 1]: 1 = best, lower adds noise, hesitation and mistakes")
+    p.add_argument("--mistake-rate", type=float, default=None, metavar="P",
+                   help="--teleop scripted: share of episodes with one fatal mistake (wrong cube, misplaced, stopped "
+                   "short), overriding the rate --expert-quality sets while keeping its other knobs. With "
+                   "--keep-failures and a full-quality expert this records a multimodal base for RL: competent "
+                   "motions, a wrong goal in P of the episodes")
+    p.add_argument("--expert-seed", type=int, default=None, metavar="N",
+                   help="--teleop scripted: seed of the expert's own draws (which episodes get the mistake, noise, "
+                   "pauses), default --seed. Recording the same scenes (--seed) with several expert seeds gives "
+                   "every scene several outcomes: with --mistake-rate, a base whose goal choice is left to its "
+                   "sampling noise instead of to the scene")
     p.add_argument("--episodes", type=int, default=10, help="episodes to keep (default 10)")
     p.add_argument("--root", default=None, help="dataset folder (created, or appended to if it exists); "
                    "required unless --list-tasks")
@@ -143,6 +153,12 @@ def run(args) -> int:
     if args.dagger and (args.teleop != "scripted" or args.dart > 0):
         raise ValueError("--dagger needs --teleop scripted (the expert labels the states the policy reaches) and "
                          "no --dart")
+    if args.mistake_rate is not None and (args.teleop != "scripted" or not 0.0 <= args.mistake_rate <= 1.0):
+        raise ValueError(f"--mistake-rate must lie in [0, 1] and needs --teleop scripted, got --mistake-rate "
+                         f"{args.mistake_rate} with --teleop {args.teleop}")
+    if args.expert_seed is not None and args.teleop != "scripted":
+        raise ValueError(f"--expert-seed seeds the scripted expert: it needs --teleop scripted, got --teleop "
+                         f"{args.teleop}")
     if args.teleop == "scripted" and task is None:
         raise ValueError("--teleop scripted needs --task: the scripted expert is written per sim task")
     max_steps = args.max_steps or (task.max_steps if task else 300)
@@ -150,7 +166,10 @@ def run(args) -> int:
     os.makedirs(os.path.dirname(os.path.abspath(args.root)) or ".", exist_ok=True)
     repo_id = args.repo_id or f"local/{os.path.basename(os.path.normpath(args.root))}"
     teleop_cls = teleop_pkg.load_teleop(args.teleop)
-    teleop = teleop_cls(quality=args.expert_quality, seed=args.seed) if args.teleop == "scripted" else teleop_cls()
+    knobs = {} if args.mistake_rate is None else {"mistake_prob": args.mistake_rate}
+    expert_seed = args.seed if args.expert_seed is None else args.expert_seed
+    teleop = (teleop_cls(quality=args.expert_quality, seed=expert_seed, **knobs) if args.teleop == "scripted"
+              else teleop_cls())
     driver = None
     if args.dagger:
         unsupported = sorted({step[0] for step in task.skills} - set(teleop.FOLLOW_STATE_SKILLS))
@@ -220,6 +239,8 @@ def run(args) -> int:
                     "task": task.name if task else None, "seed": seed, "instruction": instruction,
                     "success": outcome == "success", "frames": n, "teleop": args.teleop,
                     "expert_quality": args.expert_quality if args.teleop == "scripted" else None,
+                    "mistake_rate": teleop.knobs.mistake_prob if args.teleop == "scripted" else None,
+                    "expert_seed": expert_seed if args.teleop == "scripted" else None,
                     "dart_sigma": args.dart if args.dart > 0 else None,
                     "dagger": ({"checkpoint": os.path.abspath(args.dagger), "exec_steps": args.dagger_exec_steps,
                                 "beta": args.dagger_beta} if args.dagger else None),
