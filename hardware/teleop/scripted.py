@@ -33,7 +33,8 @@ mistake_prob      share of episodes with one fatal mistake:   0         0.5     
                   ends in ``failure``); which episodes is a
                   golden-ratio sequence over the episode
                   seed, so N consecutive seeds hold
-                  mistake_prob * N of them (+-1)
+                  mistake_prob * N of them (+-1); which
+                  kinds: ``mistake_kinds`` (below)
 noise_std         Gaussian action noise, m per tick            0.001     0.003     0.005
 rot_noise_std     rad per tick                                0.005     0.0125    0.02
 pause_prob        chance per tick to start a 1-4 tick pause   0         0.05      0.10
@@ -41,6 +42,13 @@ speed             approach speed, m per tick                  0.040     0.032   
 grasp_error_m     std of the grasp point offset (x, y)        0         0.003     0.006
 place_error_m     std of the release point offset (x, y)      0         0.0025    0.005
 ================  ==========================================  ========  ========  ========
+
+``mistake_kinds`` (default: every kind the task allows of the first three) picks the mistakes drawn from:
+``wrong_object`` (pick / push a spare cube), ``misplace`` (release away from the goal), ``stop_short`` (push
+stops 7 cm before the marker) and, only when named, ``close_early`` (the first pick closes the fingers 5 cm
+above the cube, lifts nothing and gives up). ``close_early`` makes a base for latent-noise RL: every episode
+reaches the same hover-over-the-cube state, where demos descend or close, so the policy's choice there is
+left to its sampling noise rather than to the scene (``vla record --mistake-kind close_early``).
 
 The non-fatal knobs are absorbed by the closed loop (retries, re-approaches, redoing a place
 that did not hold), so the success rate follows the mistake rate: expected success ~=
@@ -63,6 +71,9 @@ from hardware.teleop.base import Teleop, TeleopCommand
 HOME_DOWN_QUAT = np.array([0.0, math.sqrt(0.5), math.sqrt(0.5), 0.0])  # fingers down, finger axis = world x
 CARRY_Z = 0.15
 _GOLDEN = (math.sqrt(5.0) - 1.0) / 2.0
+MISTAKE_KINDS = ("wrong_object", "misplace", "stop_short", "close_early")
+DEFAULT_MISTAKE_KINDS = MISTAKE_KINDS[:3]
+CLOSE_EARLY_DZ = 0.05
 HOVER_DZ = 0.10
 
 
@@ -132,12 +143,18 @@ class ExpertKnobs:
     """Std of the offset of the grasp point from the cube centre, per horizontal axis, m."""
     place_error_m: float = 0.0
     """Std of the offset of the release point from the goal, per horizontal axis, m."""
+    mistake_kinds: tuple[str, ...] = ()
+    """Kinds the fatal mistake is drawn from, among those the task allows (module docstring); () = the
+    default kinds (``DEFAULT_MISTAKE_KINDS``; ``close_early`` only when named)."""
 
     def __post_init__(self) -> None:
         if not 0.0 <= self.mistake_prob <= 1.0 or not 0.0 <= self.pause_prob <= 1.0:
             raise ValueError("mistake_prob and pause_prob must lie in [0, 1]")
         if not 0.0 < self.speed <= 0.05:
             raise ValueError(f"speed must be in (0, 0.05] m per tick (the server's max step), got {self.speed}")
+        unknown = [k for k in self.mistake_kinds if k not in MISTAKE_KINDS]
+        if unknown or isinstance(self.mistake_kinds, str):
+            raise ValueError(f"mistake_kinds must be a tuple of {MISTAKE_KINDS}, got {self.mistake_kinds!r}")
         for f in ("noise_std", "rot_noise_std", "grasp_error_m", "place_error_m"):
             if getattr(self, f) < 0:
                 raise ValueError(f"{f} must be >= 0, got {getattr(self, f)}")
@@ -190,6 +207,8 @@ class ScriptedExpert(Teleop):
         if unknown:
             raise ValueError(f"unknown expert knob(s) {sorted(unknown)}; known: "
                              f"{[f.name for f in dataclasses.fields(ExpertKnobs)]}")
+        if "mistake_kinds" in knobs:
+            knobs["mistake_kinds"] = tuple(knobs["mistake_kinds"])
         self.knobs = dataclasses.replace(base, **knobs)
         if self.knobs.speed > max_step_m:
             raise ValueError(f"speed {self.knobs.speed} exceeds max_step_m {max_step_m}")
@@ -260,9 +279,18 @@ class ScriptedExpert(Teleop):
             kinds.append("misplace")
         if any(s[0] == "push" for s in self.task.skills):
             kinds.append("stop_short")
+        if any(s[0] == "pick" for s in self.task.skills):
+            kinds.append("close_early")
+        wanted = self.knobs.mistake_kinds or DEFAULT_MISTAKE_KINDS
+        kinds = [k for k in kinds if k in wanted]
         if not kinds:
+            if self.knobs.mistake_kinds:
+                raise ValueError(f"task {self.task.name!r} allows none of the mistake kinds "
+                                 f"{list(self.knobs.mistake_kinds)}")
             return None
         kind = kinds[int(rng.integers(len(kinds)))]
+        if kind == "close_early":  # the first pick of the plan
+            return ("close_early", next(i for i, s in enumerate(self.task.skills) if s[0] == "pick"))
         if kind == "wrong_object":
             return ("wrong_object", handled[0][1], spare[int(rng.integers(len(spare)))])
         if kind == "misplace":  # which of the place steps goes wrong
@@ -393,6 +421,9 @@ class ScriptedExpert(Teleop):
         xy = c[:2] + self.grasp_offset
         hover = max(float(c[2]) + HOVER_DZ, 0.12)
         grasp_z = float(c[2]) - 0.004
+        early = bool(self.mistake) and self.mistake[0] == "close_early" and self.mistake[1] == self.k
+        if early:  # the mistake: close the fingers in the air above the cube
+            grasp_z += CLOSE_EARLY_DZ
         if self.follow_state:
             self._sync_pick(c, xy, hover, grasp_z, ee, grip)
         if self.phase == "approach":
@@ -415,6 +446,9 @@ class ScriptedExpert(Teleop):
             return np.array([ee[0], ee[1], grasp_z]), cur, 0.0
         # lift: up to the carry height; a missed grasp is retried
         if ee[2] > float(c[2]) + 0.04 or self.phase_t > 6:
+            if not grasped(c, ee, grip) and early:  # it does not notice: the plan ends, empty-handed
+                self.k = len(self.plan)
+                return np.array([ee[0], ee[1], CARRY_Z]), cur, 0.0
             if not grasped(c, ee, grip):
                 self._back_to_pick()
                 return ee.copy(), cur, 1.0

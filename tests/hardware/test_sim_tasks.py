@@ -229,6 +229,38 @@ def test_expert_events_actions_and_mistakes(sim):
     assert not r["subgoals"]["grasped_red"]
 
 
+def test_close_early_mistake_closes_above_the_cube_and_gives_up(sim):
+    """The opt-in ``close_early`` mistake: the fingers shut in the air over the cube, nothing is lifted,
+    the episode fails; the default kinds never draw it."""
+    names = sim.describe()["objects"]
+    ex = ScriptedExpert(quality=1.0, seed=0, mistake_prob=1.0, mistake_kinds=["close_early"])
+    s = sim.reset(seed=5, task="pick_red_cube")
+    ex.begin_episode("pick_red_cube", seed=5)
+    assert ex.mistake == ("close_early", 0)
+    cube_z = objects_from_state(s, names)["red_cube"][2]
+    close_z, events = None, frozenset()
+    for _ in range(TASKS["pick_red_cube"].max_steps):
+        cmd = ex.read(None, privileged_from_state(s, names))
+        if close_z is None and cmd.action[6] < 0.5:
+            close_z = float(s.ee_pos[2])
+        apply_ee_delta(sim, cmd.action, ArmLimits())
+        s = sim.read_state()
+        if cmd.events:
+            events = cmd.events
+            break
+    assert events == {"failure"} and close_z is not None
+    assert close_z - cube_z > 0.03  # closed well above the cube (a real grasp closes at its centre)
+    assert not TASKS["pick_red_cube"].success(objects_from_state(s, names), s.ee_pos, s.gripper)
+    for seed in range(30):  # the default kinds on a pick task: only ever the wrong cube
+        d = ScriptedExpert(quality=0.0, seed=seed)
+        d.begin_episode("pick_red_cube", seed=seed)
+        assert d.mistake[0] == "wrong_object"
+    with pytest.raises(ValueError, match="allows none"):
+        ScriptedExpert(mistake_prob=1.0, mistake_kinds=["stop_short"]).begin_episode("pick_red_cube", seed=0)
+    with pytest.raises(ValueError, match="mistake_kinds"):
+        ScriptedExpert(mistake_kinds=["butterfingers"])
+
+
 def test_quality_knobs():
     assert ExpertKnobs.from_quality(1.0).mistake_prob == 0.0
     lo = ExpertKnobs.from_quality(0.2)

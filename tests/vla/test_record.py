@@ -78,7 +78,8 @@ def test_mistake_rate_records_the_experts_wrong_goal_as_kept_failures(tmp_path):
 
 @pytest.mark.parametrize("argv", [["--teleop", "keyboard", "--mistake-rate", "0.5"],
                                   ["--teleop", "scripted", "--mistake-rate", "1.5"],
-                                  ["--teleop", "keyboard", "--expert-seed", "3"]])
+                                  ["--teleop", "keyboard", "--expert-seed", "3"],
+                                  ["--teleop", "keyboard", "--mistake-kind", "close_early"]])
 def test_record_refuses_expert_knobs_without_the_scripted_expert(tmp_path, capsys, argv):
     assert main(["record", "--task", "pick_red_cube", *argv, "--root", str(tmp_path / "x")]) == 2
     assert argv[2] in capsys.readouterr().err

@@ -57,6 +57,10 @@ z re-record, Esc stop. Recording into an existing dataset appends to it.
                    "short), overriding the rate --expert-quality sets while keeping its other knobs. With "
                    "--keep-failures and a full-quality expert this records a multimodal base for RL: competent "
                    "motions, a wrong goal in P of the episodes")
+    p.add_argument("--mistake-kind", action="append", default=None, metavar="KIND",
+                   choices=("wrong_object", "misplace", "stop_short", "close_early"),
+                   help="--teleop scripted: a kind of fatal mistake to draw from (repeat; default every kind the task "
+                   "allows but close_early). close_early: the first pick closes 5 cm above the cube and gives up")
     p.add_argument("--expert-seed", type=int, default=None, metavar="N",
                    help="--teleop scripted: seed of the expert's own draws (which episodes get the mistake, noise, "
                    "pauses), default --seed. Recording the same scenes (--seed) with several expert seeds gives "
@@ -156,6 +160,9 @@ def run(args) -> int:
     if args.mistake_rate is not None and (args.teleop != "scripted" or not 0.0 <= args.mistake_rate <= 1.0):
         raise ValueError(f"--mistake-rate must lie in [0, 1] and needs --teleop scripted, got --mistake-rate "
                          f"{args.mistake_rate} with --teleop {args.teleop}")
+    if args.mistake_kind and args.teleop != "scripted":
+        raise ValueError(f"--mistake-kind picks the scripted expert's mistakes: it needs --teleop scripted, got "
+                         f"--teleop {args.teleop}")
     if args.expert_seed is not None and args.teleop != "scripted":
         raise ValueError(f"--expert-seed seeds the scripted expert: it needs --teleop scripted, got --teleop "
                          f"{args.teleop}")
@@ -167,6 +174,8 @@ def run(args) -> int:
     repo_id = args.repo_id or f"local/{os.path.basename(os.path.normpath(args.root))}"
     teleop_cls = teleop_pkg.load_teleop(args.teleop)
     knobs = {} if args.mistake_rate is None else {"mistake_prob": args.mistake_rate}
+    if args.mistake_kind:
+        knobs["mistake_kinds"] = tuple(dict.fromkeys(args.mistake_kind))
     expert_seed = args.seed if args.expert_seed is None else args.expert_seed
     teleop = (teleop_cls(quality=args.expert_quality, seed=expert_seed, **knobs) if args.teleop == "scripted"
               else teleop_cls())
@@ -241,6 +250,7 @@ def run(args) -> int:
                     "expert_quality": args.expert_quality if args.teleop == "scripted" else None,
                     "mistake_rate": teleop.knobs.mistake_prob if args.teleop == "scripted" else None,
                     "expert_seed": expert_seed if args.teleop == "scripted" else None,
+                    "mistake_kinds": list(teleop.knobs.mistake_kinds) if args.teleop == "scripted" else None,
                     "dart_sigma": args.dart if args.dart > 0 else None,
                     "dagger": ({"checkpoint": os.path.abspath(args.dagger), "exec_steps": args.dagger_exec_steps,
                                 "beta": args.dagger_beta} if args.dagger else None),
