@@ -46,9 +46,9 @@ place_error_m     std of the release point offset (x, y)      0         0.0025  
 ``mistake_kinds`` (default: every kind the task allows of the first three) picks the mistakes drawn from:
 ``wrong_object`` (pick / push a spare cube), ``misplace`` (release away from the goal), ``stop_short`` (push
 stops 7 cm before the marker) and, only when named, ``close_early`` (the first pick closes the fingers 5 cm
-above the cube, lifts nothing and gives up). ``close_early`` makes a base for latent-noise RL: every episode
-reaches the same hover-over-the-cube state, where demos descend or close, so the policy's choice there is
-left to its sampling noise rather than to the scene (``vla record --mistake-kind close_early``).
+above the cube, lifts nothing and gives up). ``close_early`` was written for latent-noise RL bases: every
+episode reaches the same hover-over-the-cube state, where demos descend or close (``vla record --mistake-kind
+close_early``; what a VLA trained on them gave: ``bench/results/vla_sft/README.md``, round 13).
 
 The non-fatal knobs are absorbed by the closed loop (retries, re-approaches, redoing a place
 that did not hold), so the success rate follows the mistake rate: expected success ~=
@@ -152,8 +152,7 @@ class ExpertKnobs:
             raise ValueError("mistake_prob and pause_prob must lie in [0, 1]")
         if not 0.0 < self.speed <= 0.05:
             raise ValueError(f"speed must be in (0, 0.05] m per tick (the server's max step), got {self.speed}")
-        unknown = [k for k in self.mistake_kinds if k not in MISTAKE_KINDS]
-        if unknown or isinstance(self.mistake_kinds, str):
+        if any(k not in MISTAKE_KINDS for k in self.mistake_kinds):
             raise ValueError(f"mistake_kinds must be a tuple of {MISTAKE_KINDS}, got {self.mistake_kinds!r}")
         for f in ("noise_std", "rot_noise_std", "grasp_error_m", "place_error_m"):
             if getattr(self, f) < 0:
@@ -446,10 +445,10 @@ class ScriptedExpert(Teleop):
             return np.array([ee[0], ee[1], grasp_z]), cur, 0.0
         # lift: up to the carry height; a missed grasp is retried
         if ee[2] > float(c[2]) + 0.04 or self.phase_t > 6:
-            if not grasped(c, ee, grip) and early:  # it does not notice: the plan ends, empty-handed
-                self.k = len(self.plan)
-                return np.array([ee[0], ee[1], CARRY_Z]), cur, 0.0
             if not grasped(c, ee, grip):
+                if early:  # it does not notice: the plan ends, empty-handed
+                    self.k = len(self.plan)
+                    return np.array([ee[0], ee[1], CARRY_Z]), cur, 0.0
                 self._back_to_pick()
                 return ee.copy(), cur, 1.0
         if ee[2] > CARRY_Z - 0.03 and grasped(c, ee, grip):

@@ -53,19 +53,17 @@ z re-record, Esc stop. Recording into an existing dataset appends to it.
     p.add_argument("--expert-quality", type=float, default=1.0,
                    help="scripted expert quality in [0, 1]: 1 = best, lower adds noise, hesitation and mistakes")
     p.add_argument("--mistake-rate", type=float, default=None, metavar="P",
-                   help="--teleop scripted: share of episodes with one fatal mistake (wrong cube, misplaced, stopped "
-                   "short), overriding the rate --expert-quality sets while keeping its other knobs. With "
-                   "--keep-failures and a full-quality expert this records a multimodal base for RL: competent "
-                   "motions, a wrong goal in P of the episodes")
+                   help="--teleop scripted: share of episodes with one fatal mistake, overriding the rate "
+                   "--expert-quality sets while keeping its other knobs (with --keep-failures: demos of a competent "
+                   "expert that goes wrong in P of the episodes)")
     p.add_argument("--mistake-kind", action="append", default=None, metavar="KIND",
-                   choices=("wrong_object", "misplace", "stop_short", "close_early"),
-                   help="--teleop scripted: a kind of fatal mistake to draw from (repeat; default every kind the task "
-                   "allows but close_early). close_early: the first pick closes 5 cm above the cube and gives up")
+                   help="--teleop scripted: a kind of fatal mistake to draw from, repeatable: wrong_object, misplace, "
+                   "stop_short (the default: those the task allows) or close_early (the first pick closes 5 cm above "
+                   "the cube and gives up; only when named)")
     p.add_argument("--expert-seed", type=int, default=None, metavar="N",
                    help="--teleop scripted: seed of the expert's own draws (which episodes get the mistake, noise, "
-                   "pauses), default --seed. Recording the same scenes (--seed) with several expert seeds gives "
-                   "every scene several outcomes: with --mistake-rate, a base whose goal choice is left to its "
-                   "sampling noise instead of to the scene")
+                   "pauses), default --seed; the same scenes (--seed) recorded with several expert seeds get "
+                   "different outcomes")
     p.add_argument("--episodes", type=int, default=10, help="episodes to keep (default 10)")
     p.add_argument("--root", default=None, help="dataset folder (created, or appended to if it exists); "
                    "required unless --list-tasks")
@@ -157,15 +155,20 @@ def run(args) -> int:
     if args.dagger and (args.teleop != "scripted" or args.dart > 0):
         raise ValueError("--dagger needs --teleop scripted (the expert labels the states the policy reaches) and "
                          "no --dart")
-    if args.mistake_rate is not None and (args.teleop != "scripted" or not 0.0 <= args.mistake_rate <= 1.0):
-        raise ValueError(f"--mistake-rate must lie in [0, 1] and needs --teleop scripted, got --mistake-rate "
-                         f"{args.mistake_rate} with --teleop {args.teleop}")
-    if args.mistake_kind and args.teleop != "scripted":
-        raise ValueError(f"--mistake-kind picks the scripted expert's mistakes: it needs --teleop scripted, got "
-                         f"--teleop {args.teleop}")
-    if args.expert_seed is not None and args.teleop != "scripted":
-        raise ValueError(f"--expert-seed seeds the scripted expert: it needs --teleop scripted, got --teleop "
-                         f"{args.teleop}")
+    if args.teleop != "scripted":
+        for flag, value in (("--mistake-rate", args.mistake_rate), ("--mistake-kind", args.mistake_kind),
+                            ("--expert-seed", args.expert_seed)):
+            if value is not None:
+                raise ValueError(f"{flag} sets the scripted expert: it needs --teleop scripted, got --teleop "
+                                 f"{args.teleop}")
+    if args.mistake_rate is not None and not 0.0 <= args.mistake_rate <= 1.0:
+        raise ValueError(f"--mistake-rate must lie in [0, 1], got {args.mistake_rate}")
+    if args.mistake_kind:
+        from hardware.teleop.scripted import MISTAKE_KINDS
+
+        unknown = sorted(set(args.mistake_kind) - set(MISTAKE_KINDS))
+        if unknown:
+            raise ValueError(f"--mistake-kind {unknown[0]!r} is not one of {list(MISTAKE_KINDS)}")
     if args.teleop == "scripted" and task is None:
         raise ValueError("--teleop scripted needs --task: the scripted expert is written per sim task")
     max_steps = args.max_steps or (task.max_steps if task else 300)
@@ -177,8 +180,13 @@ def run(args) -> int:
     if args.mistake_kind:
         knobs["mistake_kinds"] = tuple(dict.fromkeys(args.mistake_kind))
     expert_seed = args.seed if args.expert_seed is None else args.expert_seed
-    teleop = (teleop_cls(quality=args.expert_quality, seed=expert_seed, **knobs) if args.teleop == "scripted"
-              else teleop_cls())
+    if args.teleop == "scripted":
+        teleop = teleop_cls(quality=args.expert_quality, seed=expert_seed, **knobs)
+        expert_row = {"expert_quality": args.expert_quality, "mistake_rate": teleop.knobs.mistake_prob,
+                      "expert_seed": expert_seed, "mistake_kinds": list(teleop.knobs.mistake_kinds)}
+    else:
+        teleop = teleop_cls()
+        expert_row = dict.fromkeys(("expert_quality", "mistake_rate", "expert_seed", "mistake_kinds"))
     driver = None
     if args.dagger:
         unsupported = sorted({step[0] for step in task.skills} - set(teleop.FOLLOW_STATE_SKILLS))
@@ -247,10 +255,7 @@ def run(args) -> int:
                 idx = writer.save_episode(outcome_row={
                     "task": task.name if task else None, "seed": seed, "instruction": instruction,
                     "success": outcome == "success", "frames": n, "teleop": args.teleop,
-                    "expert_quality": args.expert_quality if args.teleop == "scripted" else None,
-                    "mistake_rate": teleop.knobs.mistake_prob if args.teleop == "scripted" else None,
-                    "expert_seed": expert_seed if args.teleop == "scripted" else None,
-                    "mistake_kinds": list(teleop.knobs.mistake_kinds) if args.teleop == "scripted" else None,
+                    **expert_row,
                     "dart_sigma": args.dart if args.dart > 0 else None,
                     "dagger": ({"checkpoint": os.path.abspath(args.dagger), "exec_steps": args.dagger_exec_steps,
                                 "beta": args.dagger_beta} if args.dagger else None),
