@@ -2,6 +2,7 @@
 
 import json
 import os
+import re
 
 from vla.cli import main
 
@@ -32,5 +33,10 @@ def test_slice_smoke_runs_record_train_and_dsrl_with_demos(tmp_path, capsys):
     assert s["ticks"] >= 48 and s["vla_weights_unchanged"]
     demos = json.load(open(run / "dsrl" / "demos.json"))
     assert demos["episodes"] == 2 and demos["transitions"] == s["demo_transitions"] > 0
-    out = capsys.readouterr().out
+    cap = capsys.readouterr()
+    out = cap.out
     assert "base VLA" in out and "DSRL-NA, " in out and str(run) in out
+    # the project's own lines and bars only: no third-party progress bar (datasets' "Map: 0%| ...")
+    lines = [ln.strip() for ln in re.split(r"[\r\n]", cap.out + cap.err) if ln.strip()]
+    foreign = [ln for ln in lines if re.match(r"(Map|Filter|Generating|Loading|Saving|Casting|Resolving)\b", ln)]
+    assert not foreign, foreign[:3]

@@ -322,6 +322,11 @@ class EpisodeWriter:
         # own printer: FFmpeg's level must be lowered too, not only PyAV's.
         av.logging.set_level(av.logging.ERROR)
         av.logging.set_libav_level(av.logging.ERROR)
+        # lerobot writes each episode's parquet through datasets' Dataset.map, whose "Map: 0%| ..."
+        # bar would land between the recorder's own bars after every episode.
+        import datasets
+
+        datasets.disable_progress_bars()
         if resume not in (True, False, "auto"):
             raise ValueError(f"resume must be True, False or 'auto', got {resume!r}")
         if fps <= 0:
