@@ -74,6 +74,8 @@ class LoopClock:
 
 class RobotEnv(gym.Env):
     metadata = {"render_modes": ["rgb_array"]}
+    chunk_actions = True
+    """``step`` takes a whole chunk ``[H, A]`` (the stack's env contract, ``vla.envs.step_chunk``)."""
 
     def __init__(self, client: RobotClient, instruction: str = "", control_hz: float = 10.0,
                  max_episode_steps: int | None = None,

@@ -361,7 +361,7 @@ class Actor:
         s = self.sess
         self.link.send(pack(_msg("eval", self.actor_id, actor_id=self.actor_id, kind=kind, episode=s.episode - 1,
                                  total_ticks=s.ticks, successes=int(ev["successes"]), episodes=int(ev["episodes"]),
-                                 params_version=self.params_version)))
+                                 max_episode_ticks=int(s.max_ticks), params_version=self.params_version)))
 
     def run(self, progress: bool = True) -> dict[str, Any]:
         """Act until the session's tick budget is spent, then the final evaluation. -> a summary."""

@@ -29,15 +29,17 @@ class RLConfig:
     agent: Any = None
     """The method's config (its dataclass in policies.REGISTRY; None: its defaults)."""
     env: str = ""
-    """package.module:make_env: a gymnasium env (observation images / state / instruction, info["success"],
-    step takes an action chunk [n, A]) to train on instead of a sim task on the robot bridge; its reward is the
-    reward."""
+    """package.module:make_env: a gymnasium env (observation images / state / instruction, info["success"]) to
+    train on instead of a sim task on the robot bridge; its reward is the reward. It steps one action [A] (each
+    chunk is stepped row by row, up to the first terminated / truncated row) unless it declares chunk actions
+    (an action_space [H, A] or chunk_actions = True)."""
     robot: str = dataclasses.field(default="sim-franka-fast", metadata={"help_default": "sim-franka-fast; actor: the learner's"})
     """Site preset or YAML."""
     total_ticks: int = 10_000
     """Budget of environment steps (control ticks; a chunk of 8 executed rows = 8 ticks)."""
     max_episode_ticks: int | None = None
-    """Episode length in ticks (default: the task's max_steps, or the env's max_ticks)."""
+    """Episode length in control ticks (default: the sim task's max_steps, or the env's own limit: its max_ticks,
+    TimeLimit or spec.max_episode_steps; else 200). An env that truncates itself earlier ends the episode there."""
     warmup_steps: int = 100
     """Macro-steps of the method's warm-up behaviour (e.g. the base VLA's own noise) before learning starts."""
     eval_policy: str = dataclasses.field(default="sample", metadata={"choices": EVAL_POLICIES})

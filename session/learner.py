@@ -194,6 +194,10 @@ class Learner:
     def _on_eval(self, ident: bytes, msg: Message) -> None:
         ev = {"kind": field(msg, "kind", str, EVAL_KINDS), "episode": field(msg, "episode", int),
               "total_ticks": field(msg, "total_ticks", int), **_check_eval(msg.meta, "")}
+        if "max_episode_ticks" in msg.meta:  # the actor's episode limit (optional: older actors do not send it)
+            ev["max_episode_ticks"] = field(msg, "max_episode_ticks", int)
+            if ev["max_episode_ticks"] < 1:
+                raise ProtocolError("bad_field", f"max_episode_ticks {ev['max_episode_ticks']} < 1", "max_episode_ticks")
         self.inbox.append(("eval", ev))
         self._ack(ident)
 

@@ -43,7 +43,7 @@ actor -> learner::
                 chunk, normalised)                                         -> ack, or error
     heartbeat   actor_id, next_seq, params_version                       -> ack
     eval        actor_id, kind (base | periodic), episode, total_ticks, successes, episodes,
-                params_version                                           -> ack
+                params_version, max_episode_ticks (optional: the actor's episode limit)  -> ack
     bye         actor_id, next_seq, final {successes, episodes, params_version}: every transition
                 is sent and the final evaluation done (resent every few seconds until the learner
                 answers)         -> ack with finished=true after the final checkpoint and summary

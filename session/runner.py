@@ -45,7 +45,7 @@ import numpy as np
 import torch
 
 from session.config import RLConfig
-from vla.envs import VLAPolicy
+from vla.envs import VLAPolicy, episode_noise, step_chunk
 from vla.operator_reset import OperatorStop
 
 Operator = Callable[[dict, dict], "np.ndarray | None"]
@@ -87,8 +87,11 @@ class Session:
         agent_cls, _ = get_method(cfg.method)
         self.agent = agent_cls.build(self.vla, cfg.agent, seed=cfg.seed,
                                      observation_space=getattr(env, "observation_space", None))
-        self.max_ticks = (cfg.max_episode_ticks or getattr(env, "max_ticks", None)
-                          or getattr(getattr(env, "spec", None), "max_episode_steps", None) or 100)
+        from vla.envs import DEFAULT_EPISODE_TICKS, episode_limit
+
+        # the env contract shared with `vla eval` (vla.envs): a learner has no env, the actor sets its own
+        self.max_ticks = episode_limit(env, cfg.max_episode_ticks) if env is not None \
+            else (cfg.max_episode_ticks or DEFAULT_EPISODE_TICKS)
         spec = self.agent.obs_spec  # what one stored observation holds
         extras = {"chunk": (tuple(self.agent.chunk_shape), np.float32)}
         cap = cfg.total_ticks + 16
@@ -232,8 +235,8 @@ class Session:
             if self.guard is not None:
                 self.guard()
             action = None
-            if base:  # the plain VLA with its own sampled noise, whatever the agent
-                noise = torch.randn(1, *vla.noise_shape, generator=torch.Generator().manual_seed(seed * 1000 + steps))
+            if base:  # the plain VLA with its own sampled noise (as `vla eval` draws it), whatever the agent
+                noise = episode_noise(vla.noise_shape, seed, steps)
                 with torch.no_grad():
                     chunk_n = vla.sample_actions_from_embedding(aobs, noise=noise, normalized=True)[0, :exec_steps]
             else:
@@ -257,8 +260,9 @@ class Session:
                 padded = np.concatenate([chunk, np.repeat(chunk[-1:], exec_steps - len(chunk), 0)]) \
                     if len(chunk) < exec_steps else chunk[:exec_steps]
                 chunk_n = vla.clip_normalized_actions(vla.normalize_actions(torch.from_numpy(padded)))
-            obs2, r, term, trunc, info = self.env.step(chunk)
-            ticks += len(chunk)
+            st = step_chunk(self.env, chunk)  # one action env: row by row, up to the first terminated row
+            obs2, r, term, trunc, info = st.obs, st.reward, st.terminated, st.truncated, st.info
+            ticks += st.rows
             steps += 1
             ret += r
             success = bool(info.get("success", r > 0))
@@ -275,7 +279,7 @@ class Session:
                           chunk=chunk_n.numpy().astype(np.float32), intervention=flagged)
                 interventions += int(flagged)
                 end = bool(term or trunc or ticks >= self.max_ticks)
-                losses = self.record(tr, len(chunk), end, {"seed": int(seed), "success": success, "ticks": ticks,
+                losses = self.record(tr, st.rows, end, {"seed": int(seed), "success": success, "ticks": ticks,
                                                            "steps": steps, "return": float(ret),
                                                            "interventions": interventions})
                 if losses:
@@ -301,7 +305,9 @@ class Session:
             if frames:
                 frames_all.append((seed_start + i, frames))
         k = sum(r["success"] for r in res)
-        out = {"episodes": n, "successes": k, "success_rate": k / n, "frames": frames_all}
+        out = {"episodes": n, "successes": k, "success_rate": k / n, "frames": frames_all, "max_episode_ticks": self.max_ticks,
+               "per_episode": [{"seed": seed_start + i, "success": bool(r["success"]), "ticks": int(r["ticks"])}
+                               for i, r in enumerate(res)]}
         if self.safety is not None:
             out["safety_lambda_mean"] = float(np.mean([r["safety"]["lambda_mean"] for r in res]))
         return out
@@ -365,9 +371,11 @@ def read_base_eval(sess: Session, resume: bool) -> dict[str, Any] | None:
     with open(path) as f:
         base = json.load(f)
     want = {"vla_sha256": sess.digest_before, "episodes": sess.cfg.eval_episodes, "seed_start": sess.cfg.eval_seed_start}
+    if sess.env is not None:  # a learner has no env: its actor knows the episode limit
+        want["max_episode_ticks"] = sess.max_ticks
     if resume and "vla_sha256" not in base:
         return base
-    differ = [k for k, v in want.items() if base.get(k) != v]
+    differ = [k for k, v in want.items() if base.get(k) != v and (k in base or k != "max_episode_ticks")]
     if differ:
         print(f"{path} was taken with other {', '.join(differ)}; evaluating the base VLA again", flush=True)
         return None
@@ -375,11 +383,14 @@ def read_base_eval(sess: Session, resume: bool) -> dict[str, Any] | None:
 
 
 def write_base_eval(sess: Session, result: dict[str, Any]) -> dict[str, Any]:
-    """Write ``RUN/base_eval.json`` (atomically) with what it evaluated. -> what was written."""
+    """Write ``RUN/base_eval.json`` (atomically) with what it evaluated: the counts, the seeds, the
+    episode limit, the VLA's hash and each episode's seed / success / ticks (comparable with
+    ``vla eval --env``'s episodes.jsonl at the same seeds and limit). -> what was written."""
     base = {k: result[k] for k in ("episodes", "successes", "success_rate")}
     from vla.data.writer import atomic_write_json
 
-    base.update(seed_start=sess.cfg.eval_seed_start, vla_sha256=sess.digest_before)
+    base.update(seed_start=sess.cfg.eval_seed_start, max_episode_ticks=int(result.get("max_episode_ticks", sess.max_ticks)),
+                vla_sha256=sess.digest_before, per_episode=result.get("per_episode", []))
     atomic_write_json(base, os.path.join(sess.cfg.out, "base_eval.json"))
     return base
 

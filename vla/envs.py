@@ -5,17 +5,155 @@
   the task's success predicate (``rewards.sim_success``), the episode is truncated after the
   task's ``max_steps`` control ticks (``privileged=True``: the observation also carries the
   simulator's object poses, a labelled oracle, ``vla.oracle_env``).
-* ``load_env_factory("package.module:make_env")``: any user gymnasium env with the observation
-  layout of DESIGN.md (images / state / instruction), for ``--env``.
+* ``load_env_factory("package.module:make_env")`` / ``make_user_env``: any user gymnasium env with
+  the observation layout of DESIGN.md (images / state / instruction), for ``--env``.
 * ``VLAPolicy``: wraps a VLA as ``obs -> action chunk`` (numpy) for a RobotEnv.
+
+The env contract, one for ``vla eval``, ``vla rl`` and the RL session (``step_chunk``,
+``episode_limit``):
+
+* **Stepping.** An env that declares chunk actions (a ``chunk_actions = True`` attribute, as
+  ``robot_io.RobotEnv`` has, or an ``action_space`` of shape ``[H, A]``) gets the whole chunk in one
+  ``step``. Any other env steps one action ``[A]``: the chunk is stepped row by row, the rewards are
+  summed, and the chunk stops at the first row that terminates or truncates; the rows actually
+  executed are the ticks counted.
+* **Episode limit** in control ticks: ``--max-episode-ticks`` if given; else the env's own limit
+  (a ``max_ticks`` attribute, or for a one-action env its ``TimeLimit`` / ``spec.max_episode_steps`` /
+  ``max_episode_steps``); else ``DEFAULT_EPISODE_TICKS`` (200). Whatever the limit, an env that
+  truncates itself earlier ends the episode there.
+* **Sampling noise.** ``VLAPolicy`` draws the flow sampler's initial noise for the k-th chunk of the
+  episode with seed s from ``episode_noise(shape, s, k)``, as the session's base-VLA evaluation
+  does: the same checkpoint on the same env and seeds gives the same episodes in both.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
 from typing import Any, Callable
 
 import numpy as np
+
+DEFAULT_EPISODE_TICKS = 200
+"""Episode limit (control ticks) of an env that declares none, when no --max-episode-ticks is given."""
+
+
+def steps_chunks(env) -> bool:
+    """True if ``env.step`` takes a whole chunk ``[n, A]`` (see the module docstring); False if it
+    steps one action ``[A]``. Raises ``ValueError`` for an action space of any other rank."""
+    base = getattr(env, "unwrapped", env)
+    if getattr(base, "chunk_actions", False) or getattr(env, "chunk_actions", False):
+        return True
+    shape = getattr(getattr(env, "action_space", None), "shape", None)
+    if shape is None or len(shape) not in (1, 2):
+        raise ValueError(f"the env's action_space must be one action [A] or a chunk [H, A] (a Box), got "
+                         f"{getattr(env, 'action_space', None)!r}")
+    return len(shape) == 2
+
+
+def declared_tick_limit(env) -> int | None:
+    """The env's own episode limit in control ticks, or None: a ``max_ticks`` attribute (any env); for
+    a one-action env also a ``TimeLimit`` wrapper, ``spec.max_episode_steps`` or a
+    ``max_episode_steps`` attribute (its steps are ticks; a chunk env's steps are not)."""
+    layers = []
+    e = env
+    while e is not None and len(layers) < 64:  # the wrapper chain, outermost first
+        layers.append(e)
+        e = getattr(e, "env", None)
+    for e in layers:
+        n = getattr(e, "max_ticks", None)
+        if n:
+            return int(n)
+    if steps_chunks(env):
+        return None
+    for e in layers:
+        n = getattr(e, "_max_episode_steps", None)  # gymnasium.wrappers.TimeLimit
+        if n:
+            return int(n)
+    n = getattr(getattr(env, "spec", None), "max_episode_steps", None)
+    if n:
+        return int(n)
+    for e in layers:
+        n = getattr(e, "max_episode_steps", None)
+        if isinstance(n, (int, np.integer)) and n > 0:
+            return int(n)
+    return None
+
+
+def episode_limit(env, requested: int | None = None) -> int:
+    """The one rule for an episode's length in control ticks (module docstring): ``requested``
+    (``--max-episode-ticks``), else the env's own limit, else ``DEFAULT_EPISODE_TICKS``."""
+    if requested is not None:
+        if int(requested) <= 0:
+            raise ValueError(f"--max-episode-ticks must be positive, got {requested}")
+        return int(requested)
+    return declared_tick_limit(env) or DEFAULT_EPISODE_TICKS
+
+
+@dataclasses.dataclass
+class ChunkStep:
+    """What ``step_chunk`` returns: the env's last observation / flags / info, the summed reward and
+    the number of rows (control ticks) executed."""
+    obs: Any
+    reward: float
+    terminated: bool
+    truncated: bool
+    info: dict
+    rows: int
+
+
+def step_chunk(env, chunk, on_row: Callable[[Any, int, float, dict], None] | None = None) -> ChunkStep:
+    """Execute ``chunk`` ``[n, A]`` on ``env`` by the contract of the module docstring. ``on_row(obs,
+    i, reward, info)`` sees every row's result when the env steps one action at a time."""
+    chunk = np.asarray(chunk, np.float32)
+    if chunk.ndim != 2 or len(chunk) == 0:
+        raise ValueError(f"an action chunk is [n, A] with n >= 1, got shape {list(chunk.shape)}")
+    if steps_chunks(env):
+        obs, r, term, trunc, info = env.step(chunk)
+        return ChunkStep(obs, float(r), bool(term), bool(trunc), dict(info), len(chunk))
+    total = 0.0
+    for i, row in enumerate(chunk):
+        obs, r, term, trunc, info = env.step(row)
+        total += float(r)
+        if on_row is not None:
+            on_row(obs, i, float(r), info)
+        if term or trunc:
+            break
+    return ChunkStep(obs, total, bool(term), bool(trunc), dict(info), i + 1)
+
+
+def make_user_env(spec: str, make_env: Callable[..., Any] | None = None):
+    """Build ``--env``'s gymnasium env (``spec`` = ``package.module:make_env``) and check the parts of
+    the contract that can be checked before an episode: an action space of one action or a chunk."""
+    env = (make_env or load_env_factory(spec))()
+    for name in ("reset", "step", "action_space"):
+        if not hasattr(env, name):
+            raise ValueError(f"--env {spec}: make_env() returned {type(env).__name__}, which has no {name!r} "
+                             "(a gymnasium env is expected)")
+    try:
+        steps_chunks(env)
+    except ValueError as e:
+        raise ValueError(f"--env {spec}: {e}") from None
+    return env
+
+
+def episode_noise(noise_shape, seed: int, k: int):
+    """The flow sampler's initial noise ``[1, *noise_shape]`` for the ``k``-th chunk of the episode
+    with seed ``seed`` (the base VLA's own N(0, I), reproducible per episode; distinct for k < 1000)."""
+    import torch
+
+    return torch.randn(1, *noise_shape, generator=torch.Generator().manual_seed(int(seed) * 1000 + int(k)))
+
+
+def noise_shape_of(model) -> tuple[int, ...] | None:
+    """The model's noise shape if it takes the ``noise`` handle, else None (e.g. an ONNX graph
+    without a noise input, LeRobot peers)."""
+    try:
+        shape = tuple(int(x) for x in model.noise_shape)
+    except (NotImplementedError, AttributeError):
+        return None
+    unsupported = model.unsupported_handles() if hasattr(model, "unsupported_handles") else {}
+    return None if "noise" in unsupported else shape
 
 
 def task_env(client, task: str, control_hz: float = 10.0, instruction: str | None = None,
@@ -66,6 +204,13 @@ class VLAPolicy:
         self.exec_steps = exec_steps or h
         if not 1 <= self.exec_steps <= h:
             raise ValueError(f"exec_steps must be in [1, {h}] (the chunk length), got {exec_steps}")
+        self.noise_shape = noise_shape_of(model)
+        self.reset(None)
+
+    def reset(self, seed: int | None = None) -> None:
+        """A new episode: with a ``seed`` the sampler's noise of its k-th chunk is
+        ``episode_noise(noise_shape, seed, k)``; without, the model draws its own."""
+        self._seed, self._k = seed, 0
 
     @staticmethod
     def batch(obs: dict, instruction: str | None = None) -> dict:
@@ -78,6 +223,9 @@ class VLAPolicy:
 
         if noise is not None:
             noise = torch.as_tensor(np.asarray(noise, np.float32)).reshape(1, *self.model.noise_shape)
+        elif self._seed is not None and self.noise_shape is not None:
+            noise = episode_noise(self.noise_shape, self._seed, self._k)
+        self._k += 1
         with torch.no_grad():
             chunk = self.model.sample_actions(self.batch(obs, instruction), noise=noise, token=token)
         return chunk[0, : self.exec_steps].cpu().numpy().astype(np.float32)
@@ -101,6 +249,8 @@ class TemporalEnsemble:
         self.reset()
 
     def reset(self, seed: int | None = None) -> None:
+        if hasattr(self.policy, "reset"):  # the episode's noise seeds (VLAPolicy)
+            self.policy.reset(seed)
         self._chunks: list[tuple[int, np.ndarray]] = []
         self._t = 0
 
@@ -127,6 +277,8 @@ class ChunkDriver:
         self.reset(0)
 
     def reset(self, seed: int) -> None:
+        if hasattr(self.policy, "reset"):  # the episode's noise seeds (VLAPolicy)
+            self.policy.reset(seed)
         self._queue: list = []
         self._rng = np.random.default_rng([0xDA66, self._seed, int(seed)])
 

@@ -11,12 +11,13 @@ played at the control rate), and a bar chart with the intervals goes to ``succes
 ``evaluate_env`` does the same on any gymnasium env with the observation layout of DESIGN.md
 (``vla eval --env package.module:make_env``); success is ``info["success"]``.
 
-How an env is stepped (``run_episode``):
-
-* an env with a ``tick_callback`` hook (``robot_io.RobotEnv``) steps whole chunks and shows the
-  observation of every intermediate tick to the hook;
-* an env whose ``action_space`` is one action ``[A]`` steps row by row;
-* any other env steps whole chunks; its video holds the chunk's last frame for each of its ticks.
+How an env is stepped (``run_episode``) is the env contract of ``vla.envs`` (``step_chunk``,
+``episode_limit``), the same as ``vla rl``'s: an env that steps one action ``[A]`` gets the chunk row
+by row (the episode ends at the first terminated / truncated row), an env that declares chunk
+actions gets whole chunks. Videos hold one frame per executed tick: a one-action env shows every
+row; ``robot_io.RobotEnv`` shows its intermediate ticks through its ``tick_callback`` hook; any
+other chunk env holds the chunk's last frame for each of its ticks. The sampler's noise is seeded
+per episode (``VLAPolicy``), so an evaluation repeats exactly.
 """
 
 from __future__ import annotations
@@ -54,39 +55,42 @@ class EpisodeResult:
 def run_episode(env, policy: Callable[[dict], np.ndarray], seed: int, max_ticks: int,
                 frames: list[np.ndarray] | None = None, task: str | None = None) -> EpisodeResult:
     """One seeded episode; ``frames`` (if given) gets one frame per executed control tick (+ the
-    first observation). See the module docstring for how the env is stepped."""
+    first observation). The env is stepped by ``vla.envs.step_chunk`` (the contract shared with
+    ``vla rl``); see the module docstring for the frames."""
+    from vla.envs import step_chunk, steps_chunks
+
     t0 = time.perf_counter()
     obs, _ = env.reset(seed=seed)
-    if hasattr(policy, "reset"):  # a policy with memory (temporal ensembling) starts afresh
+    if hasattr(policy, "reset"):  # per-episode noise seeds; a policy with memory (temporal ensembling) starts afresh
         policy.reset(seed)
     if frames is not None:
         frames.append(frame_image(obs, 0, False))
     base = getattr(env, "unwrapped", env)
     hooked = hasattr(base, "tick_callback")
-    shape = getattr(getattr(env, "action_space", None), "shape", None)
-    per_row = not hooked and shape is not None and len(shape) == 1
+    per_row = not steps_chunks(env)
     ticks, success, done = 0, False, False
+    start = 0
     if hooked and frames is not None:
         def on_tick(o: dict) -> None:
             frames.append(frame_image(o, ticks + len(frames) - start + 1, False))
         base.tick_callback = on_tick
+    on_row = None
+    if per_row and frames is not None:
+        def on_row(o: dict, i: int, r: float, info: dict) -> None:
+            frames.append(frame_image(o, ticks + i + 1, bool(info.get("success", r > 0))))
     try:
         while ticks < max_ticks and not done:
             chunk = policy(obs)[: max_ticks - ticks]
-            steps = [row for row in chunk] if per_row else [chunk]
-            for action in steps:
-                start = len(frames) if frames is not None else 0
-                obs, reward, terminated, truncated, info = env.step(action)
-                n = 1 if per_row else len(chunk)
-                ticks += n
-                success = bool(info.get("success", reward > 0))
-                if frames is not None:
-                    held = n - 1 - (len(frames) - start)  # ticks the env showed no frame of
-                    frames.extend([frame_image(obs, ticks - 1, success)] * max(held, 0))
-                    frames.append(frame_image(obs, ticks, success))
-                if terminated or truncated:
-                    done = True
-                    break
+            start = len(frames) if frames is not None else 0
+            st = step_chunk(env, chunk, on_row=on_row)
+            obs = st.obs
+            ticks += st.rows
+            success = bool(st.info.get("success", st.reward > 0))
+            if frames is not None and not per_row:
+                held = st.rows - 1 - (len(frames) - start)  # ticks the env showed no frame of
+                frames.extend([frame_image(obs, ticks - 1, success)] * max(held, 0))
+                frames.append(frame_image(obs, ticks, success))
+            done = st.terminated or st.truncated
     finally:
         if hooked and frames is not None:
             base.tick_callback = None

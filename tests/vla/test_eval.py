@@ -18,7 +18,10 @@ def test_wilson_interval_matches_reference_values(k, n, lo, hi):
 
 
 class CountingEnv:
-    """Succeeds once ``succeed_at`` ticks have been executed; records every chunk it got."""
+    """Succeeds once ``succeed_at`` ticks have been executed; records every chunk it got (it declares
+    chunk actions, as robot_io.RobotEnv does)."""
+
+    chunk_actions = True
 
     def __init__(self, succeed_at: int | None) -> None:
         self.succeed_at, self.ticks, self.chunks = succeed_at, 0, []

@@ -103,9 +103,10 @@ class _StubVLA(torch.nn.Module):
 
 class _CameraEnv:
     """Two 96 x 96 cameras whose frames and state come from the seed and the step; rewarded when the
-    chunk's mean is positive; 8 ticks per episode."""
+    chunk's mean is positive; 8 ticks per episode. It steps whole chunks (and says so)."""
 
     max_ticks = 8
+    chunk_actions = True
 
     def __init__(self) -> None:
         from gymnasium import spaces

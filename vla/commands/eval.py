@@ -23,13 +23,15 @@ examples:
   vla eval --checkpoint runs/vla_pick/checkpoints/0004000 --task pick_red_cube --videos 5
   vla eval --checkpoint runs/vla_pick --task pick_red_cube --exec-steps 4   # re-plan every 4 ticks
   vla eval --checkpoint runs/vla_pick --task pick_red_cube --exec-steps 8   # whole chunks, as vla rl runs them
-  vla eval --checkpoint runs/my_vla --env my_pkg.envs:make_env --max-ticks 200   # your own gymnasium env
+  vla eval --checkpoint runs/my_vla --env my_pkg.envs:make_env --max-episode-ticks 200   # your own gymnasium env
   vla eval --checkpoint deploy/pick.int8.onnx --task pick_red_cube --episodes 50   # an exported policy
 
 --env package.module:make_env: make_env() returns a gymnasium env whose observations are
 {"images": {camera: HxWx3 uint8}, "state": float32 [S], "instruction": str} and whose step info
-carries "success"; no bridge is started. Its action space is one action [A] (stepped row by row)
-or a whole chunk [H, A].
+carries "success"; no bridge is started. An env whose action space is one action [A] is stepped
+row by row (the episode ends at the first terminated / truncated row); one that declares chunk
+actions (action space [H, A], or chunk_actions = True) gets whole chunks. `vla rl --env` steps and
+limits episodes by the same rule, and draws the base VLA's noise the same way per seed.
 
 CHECKPOINT is a checkpoint directory (config.json + model.safetensors: compact VLA, or a LeRobot
 pi0 / pi05 / SmolVLA policy directory), a `vla train` run directory (its final model), or an
@@ -41,8 +43,9 @@ an int8 export's success rate before it goes to the robot; --threads sets onnxru
                    help="sim task (repeat); default: the tasks the checkpoint was trained on, if known")
     p.add_argument("--env", default=None, metavar="MODULE:FN",
                    help="evaluate on the gymnasium env that package.module:make_env builds instead of the sim tasks")
-    p.add_argument("--max-ticks", type=int, default=None,
-                   help="--env: control ticks per episode (default: the env's max_episode_steps / spec, else 200)")
+    p.add_argument("--max-episode-ticks", "--max-ticks", type=int, default=None, dest="max_ticks",
+                   help="--env: control ticks per episode (default: the env's own limit: max_ticks, TimeLimit or "
+                        "spec.max_episode_steps, else 200; the rule `vla rl --env` uses)")
     p.add_argument("--control-hz", type=float, default=10.0,
                    help="control rate: the sim tasks' clock and the videos' frame rate (default 10)")
     p.add_argument("--robot", default="sim-franka-fast",
@@ -146,11 +149,12 @@ def _run_env(args, model, ckpt: str, make_env) -> int:
 
     if args.tasks:
         raise ValueError("--task names a sim task; with --env the env decides the task (drop --task)")
-    env = make_env()
-    max_ticks = args.max_ticks or getattr(env, "max_ticks", None) or getattr(env, "max_episode_steps", None) \
-        or getattr(getattr(env, "spec", None), "max_episode_steps", None) or 200
-    if max_ticks <= 0:
-        raise ValueError("--max-ticks must be positive")
+    from vla.envs import episode_limit, make_user_env
+
+    if args.max_ticks is not None and args.max_ticks <= 0:
+        raise ValueError(f"--max-episode-ticks must be positive, got {args.max_ticks}")
+    env = make_user_env(args.env, make_env)
+    max_ticks = episode_limit(env, args.max_ticks)  # the rule `vla rl --env` uses
     if args.instruction is not None:
         raise ValueError("--instruction overrides the sim tasks' prompts; with --env the env's observation "
                          "carries the instruction")

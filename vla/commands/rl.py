@@ -199,9 +199,9 @@ def make_env(cfg, client=None):
     if cfg.env:
         if wants_privileged(cfg):
             raise ValueError("--encoder oracle reads a sim task's object poses; an --env has none: use --task")
-        from vla.envs import load_env_factory
+        from vla.envs import make_user_env
 
-        return load_env_factory(cfg.env)()
+        return make_user_env(cfg.env)
     return make_sim_env(cfg, client)
 
 
