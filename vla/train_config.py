@@ -41,6 +41,10 @@ class TrainConfig:
     40 channels -- half the spatial resolution, about 0.4x the feature cache). Stride 4 is the
     default since bench/results/vla_sft round 5: with the front crop it took the pick tasks from
     about 10% to about 40%."""
+    head_hidden: int = 256
+    """Width of the flow-matching action expert's velocity MLP (the compact VLA's ``hidden``)."""
+    head_depth: int = 3
+    """Hidden layers of the action expert's velocity MLP (the compact VLA's ``depth``)."""
     neck: str = "film"
     """Camera neck of the compact VLA: ``film`` (instruction-modulated convolutions -> keypoints) or
     ``keypoints`` (1x1 convolutions -> keypoints; the first design, kept for its checkpoints)."""
@@ -76,7 +80,8 @@ class TrainConfig:
     def __post_init__(self) -> None:
         if self.mode not in MODES:
             raise ValueError(f"mode must be one of {MODES}, got {self.mode!r}")
-        for f in ("steps", "batch_size", "horizon", "image_size", "save_every", "log_every", "keep_checkpoints"):
+        for f in ("steps", "batch_size", "horizon", "image_size", "save_every", "log_every", "keep_checkpoints",
+                  "head_hidden", "head_depth"):
             if getattr(self, f) <= 0:
                 raise ValueError(f"{f} must be positive, got {getattr(self, f)}")
         if self.lr <= 0 or not 0 <= self.ema_decay < 1:

@@ -61,6 +61,10 @@ but the sentence encoder trains. The fusion and the action expert always train.
     p.add_argument("--neck", choices=["film", "keypoints"], default=d["neck"],
                    help="camera neck: film = instruction-modulated convolutions -> keypoints (default), "
                         "keypoints = 1x1 convolutions -> keypoints")
+    p.add_argument("--head-hidden", type=int, default=d["head_hidden"],
+                   help=f"width of the action expert's velocity MLP (default {d['head_hidden']})")
+    p.add_argument("--head-depth", type=int, default=d["head_depth"],
+                   help=f"hidden layers of the action expert's velocity MLP (default {d['head_depth']})")
     p.add_argument("--fine-blocks", type=int, default=d["fine_blocks"],
                    help=f"trunk blocks before the keypoint map (default {d['fine_blocks']}; 3: stride 4, 24x24 keypoint map "
                         "at 96 px; 5: stride 8, coarser and about 2.4x cheaper to cache)")
@@ -108,7 +112,8 @@ def _init_settings(path: str) -> dict:
     c = meta["config"]
     return {"image_size": c["image_size"], "horizon": c["horizon"], "cameras": tuple(c["cameras"]),
             "crops": tuple(tuple(x) for x in c.get("crops", ())), "fine_blocks": c["fine_blocks"],
-            "neck": c.get("neck", "keypoints"), "num_tokens": c["num_tokens"]}
+            "neck": c.get("neck", "keypoints"), "num_tokens": c["num_tokens"],
+            "head_hidden": c.get("hidden", 256), "head_depth": c.get("depth", 3)}
 
 
 def recorded_crops(datasets) -> tuple[tuple[str, float, float, float, float], ...]:
@@ -163,7 +168,7 @@ def run(args) -> int:
                           horizon=args.horizon, image_size=args.image_size,
                           cameras=tuple(args.cameras) if args.cameras else None, success_only=args.success_only,
                           crops=crops,
-                          fine_blocks=args.fine_blocks,
+                          fine_blocks=args.fine_blocks, head_hidden=args.head_hidden, head_depth=args.head_depth,
                           num_tokens=args.num_tokens,
                           neck=args.neck, aug_views=args.aug_views, shift_pad=args.shift_pad, jitter=args.jitter,
                           balance=args.balance,
