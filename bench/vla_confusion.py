@@ -1,0 +1,291 @@
+#!/usr/bin/env python
+"""What a multi-task VLA does with the instruction: which cube it acts on, and why it fails.
+
+Every scene of the sim suite holds all three cubes (red, green, blue), the bowl and the marker, so
+any rollout shows which cube the policy went for. For each task (instruction) and each unseen scene
+(`vla eval`'s seeds, 100000 ...) the VLA drives the fast sim Franka as `vla eval` runs it (temporal
+ensembling by default, the sampler's noise seeded per episode) while this bench reads the
+simulator's object poses every tick (privileged state, read only here, never by the policy) and
+records
+
+* the first cube grasped (``grasped``: between the fingers, gripper closed on it), and the cube
+  nearest the fingers at the first close command (the intent, when no grasp followed);
+* the first cube moved more than 2 cm (the object acted on, for pushes too);
+* every registered task whose success predicate held at some tick (``achieved_tasks``).
+
+Each episode gets one outcome:
+
+* ``success``;
+* ``wrong object``: the first cube grasped (or, with no grasp, moved) is not the one the
+  instruction names (the task's first skill's cube);
+* ``right object, grasp missed``: it closed nearest the named cube but never grasped any cube;
+* ``right object, skill not completed``: it grasped the named cube but the task's predicate never
+  held (``achieved`` tells whether it did another task instead: the wrong skill);
+* ``nothing``: it never closed on or moved any cube.
+
+Writes ``bench/results/<name>.json`` (confusion matrices instruction x cube, outcome counts per task,
+every episode) and ``.png`` (the grasp confusion matrix and the outcomes per task).
+
+    .venv/bin/python bench/vla_confusion.py --checkpoint runs/sft/five --episodes 20 --jobs 2
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as _dt
+import json
+import os
+import pathlib
+import sys
+import tempfile
+import time
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+sys.path.append(str(ROOT / "bench"))  # after the repo: bench/vla.py must not hide the vla package
+
+import numpy as np  # noqa: E402
+
+CUBES = ("red_cube", "green_cube", "blue_cube")
+OUTCOMES = ("success", "wrong object", "right object, grasp missed", "right object, skill not completed", "nothing")
+MOVED_M = 0.02
+
+
+def named_cube(task) -> str:
+    """The cube the instruction names first: the first skill's cube (pick / push / place)."""
+    for skill in task.skills:
+        if len(skill) > 1 and skill[1] in CUBES:
+            return skill[1]
+    raise ValueError(f"task {task.name} names no cube in its skills {task.skills}")
+
+
+def classify(ep: dict, target: str) -> str:
+    """One episode's outcome (module docstring) from its record."""
+    if ep["success"]:
+        return "success"
+    acted = ep["first_grasped"] or ep["first_moved"]
+    if acted is not None and acted != target:
+        return "wrong object"
+    if ep["first_grasped"] == target:
+        return "right object, skill not completed"
+    if ep["close_nearest"] == target or acted == target:
+        return "right object, grasp missed"
+    if ep["close_nearest"] is not None:
+        return "wrong object"
+    return "nothing"
+
+
+def rollout(env, client, policy, seed: int, names: list[str], instruction: str | None = None) -> dict:
+    """One episode of ``policy`` on ``env`` (a sim task env), stepped row by row with the simulator's
+    object poses read after every tick. -> the episode's record."""
+    from hardware.sim_tasks import achieved_tasks, grasped, objects_from_state
+
+    obs, _ = env.reset(seed=seed)
+    if hasattr(policy, "reset"):
+        policy.reset(seed)
+    objs0 = objects_from_state({k: np.asarray(v) for k, v in client.last_state.arrays.items()}, names)
+    first_grasped = first_moved = close_nearest = None
+    achieved: dict[str, int] = {}
+    ticks, success, done, last_grip = 0, False, False, 1.0
+    while ticks < env.max_ticks and not done:
+        for row in policy(obs):
+            obs, reward, terminated, truncated, info = env.step(row)
+            objs = objects_from_state({k: np.asarray(v) for k, v in client.last_state.arrays.items()}, names)
+            ee, gripper = np.asarray(obs["state"][:3], float), float(obs["state"][7])  # [ee_pos, quat, gripper]
+            if close_nearest is None and row[6] < 0.5 <= last_grip:  # the first close command
+                close_nearest = min(CUBES, key=lambda c: float(np.linalg.norm(objs[c][:2] - ee[:2])))
+            last_grip = float(row[6])
+            if first_grasped is None:
+                first_grasped = next((c for c in CUBES if grasped(objs[c], ee, gripper)), None)
+            if first_moved is None:
+                first_moved = next((c for c in CUBES if np.linalg.norm(objs[c][:3] - objs0[c][:3]) > MOVED_M), None)
+            for t in achieved_tasks(objs, ee, gripper):
+                achieved.setdefault(t, ticks)
+            ticks += 1
+            success = bool(info.get("success", reward > 0))
+            if terminated or truncated or success or ticks >= env.max_ticks:
+                done = True
+                break
+    return {"seed": seed, "success": success, "ticks": ticks, "first_grasped": first_grasped,
+            "first_moved": first_moved, "close_nearest": close_nearest, "achieved": achieved}
+
+
+def work(job: dict) -> list[dict]:
+    """One worker: its own sim bridge, the VLA, its share of (task, seed) pairs."""
+    import torch
+
+    from hardware.sim_tasks import get_task
+    from robot_io.robot import RobotClient
+    from robot_io.site import load_site
+    from vla.commands._bridge import running_bridge
+    from vla.envs import TemporalEnsemble, VLAPolicy, task_env
+    from vla.models import load_vla
+    from vla.train import resolve_checkpoint
+
+    torch.set_num_threads(1)
+    model = load_vla(resolve_checkpoint(job["checkpoint"])).eval()
+    policy = VLAPolicy(model, job["exec_steps"]) if job["exec_steps"] else TemporalEnsemble(VLAPolicy(model))
+    site = load_site(job["robot"])
+    out = []
+    with running_bridge(site, job["log"]):
+        client = RobotClient(site)
+        try:
+            names = list(client.description.get("objects", []))
+            envs: dict = {}
+            for i, (task, seed, instruction) in enumerate(job["pairs"]):
+                env = envs.setdefault((task, instruction), task_env(client, task, instruction=instruction))
+                ep = rollout(env, client, policy, seed, names)
+                t = get_task(task)
+                ep.update(task=task, instruction=instruction or t.instruction, named=named_cube(t))
+                ep["outcome"] = classify(ep, ep["named"])
+                out.append(ep)
+                print(f"[worker {job['index']}] {i + 1}/{len(job['pairs'])} {task} {seed}: {ep['outcome']}"
+                      f" (grasped {ep['first_grasped']})", flush=True)
+        finally:
+            client.close()
+    os.remove(job["log"])
+    return out
+
+
+def summarize(episodes: list[dict], tasks: list[str]) -> dict:
+    from vla.evaluate import wilson_interval
+
+    res = {}
+    for task in tasks:
+        eps = [e for e in episodes if e["task"] == task]
+        named = eps[0]["named"]
+        grasped = [e["first_grasped"] for e in eps if e["first_grasped"]]
+        k = sum(g == named for g in grasped)
+        ok = sum(e["success"] for e in eps)
+        others: dict[str, int] = {}
+        for e in eps:
+            if not e["success"]:
+                for t in e["achieved"]:
+                    if t != task:
+                        others[t] = others.get(t, 0) + 1
+        res[task] = {
+            "instruction": eps[0]["instruction"], "named_cube": named, "episodes": len(eps),
+            "successes": ok, "success_rate": ok / len(eps), "success_ci95": list(wilson_interval(ok, len(eps))),
+            "grasped_first": {c: sum(g == c for g in [e["first_grasped"] for e in eps]) for c in (*CUBES, None)},
+            "moved_first": {c: sum(g == c for g in [e["first_moved"] for e in eps]) for c in (*CUBES, None)},
+            "named_of_grasped": [k, len(grasped)],
+            "outcomes": {o: sum(e["outcome"] == o for e in eps) for o in OUTCOMES},
+            "failures_that_achieved_another_task": others}
+    pooled = [sum(r["named_of_grasped"][i] for r in res.values()) for i in (0, 1)]
+    return {"tasks": res, "named_of_grasped_pooled": pooled,
+            "named_share_of_grasps": pooled[0] / pooled[1] if pooled[1] else None}
+
+
+def plot(summary: dict, path: pathlib.Path, title: str) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    res = summary["tasks"]
+    tasks = list(res)
+    cols = [*CUBES, None]
+    m = np.array([[res[t]["grasped_first"][str(c)] for c in cols] for t in tasks], float)
+    fig, (a1, a2) = plt.subplots(1, 2, figsize=(12, 0.6 * len(tasks) + 2.2), gridspec_kw={"width_ratios": [1, 1.4]})
+    frac = m / np.maximum(m.sum(1, keepdims=True), 1)
+    a1.imshow(frac, cmap="Blues", vmin=0, vmax=1, aspect="auto")
+    for i in range(len(tasks)):
+        for j in range(len(cols)):
+            a1.text(j, i, int(m[i, j]), ha="center", va="center", color="white" if frac[i, j] > 0.5 else "black")
+    a1.set_xticks(range(len(cols)), ["red", "green", "blue", "no grasp"])
+    a1.set_yticks(range(len(tasks)), [f"{res[t]['instruction']}\n(names {res[t]['named_cube'].split('_')[0]})" for t in tasks],
+                  fontsize=7)
+    a1.set_xlabel("first cube grasped")
+    a1.set_title("instruction x first grasp", fontsize=9)
+    colours = ["tab:green", "tab:red", "tab:orange", "tab:purple", "tab:gray"]
+    left = np.zeros(len(tasks))
+    for o, c in zip(OUTCOMES, colours):
+        v = np.array([res[t]["outcomes"][o] for t in tasks], float)
+        a2.barh(range(len(tasks)), v, left=left, color=c, label=o)
+        left += v
+    a2.set_yticks(range(len(tasks)), tasks, fontsize=7)
+    a2.invert_yaxis()  # first task on top, as in the matrix
+    a2.set_xlabel("episodes")
+    a2.legend(fontsize=7, loc="lower right")
+    a2.set_title("outcome per task", fontsize=9)
+    fig.suptitle(title, fontsize=9)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                 formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__.split("\n\n", 1)[1])
+    ap.add_argument("--checkpoint", required=True, help="a `vla train` run or checkpoint")
+    ap.add_argument("--task", action="append", dest="tasks", help="sim task (repeat; default: the checkpoint's tasks)")
+    ap.add_argument("--instruction", default=None,
+                    help="give every episode this instruction instead of the task's (a paraphrase, a held-out wording)")
+    ap.add_argument("--episodes", type=int, default=20, help="unseen scenes per task (default 20)")
+    ap.add_argument("--seed-start", type=int, default=100_000, help="first scene seed (default 100000, `vla eval`'s)")
+    ap.add_argument("--exec-steps", type=int, default=None, help="chunk rows per re-plan (default: temporal ensembling)")
+    ap.add_argument("--jobs", type=int, default=2, help="worker processes, one sim bridge each")
+    ap.add_argument("--port0", type=int, default=6100, help="worker j's bridge uses ports port0 + 20 j ...")
+    ap.add_argument("--out", type=pathlib.Path, default=ROOT / "bench" / "results")
+    ap.add_argument("--name", default="vla_confusion", help="result file names: OUT/NAME.json and .png")
+    args = ap.parse_args(argv)
+    if args.episodes < 1 or args.jobs < 1:
+        ap.error("--episodes and --jobs must be >= 1")
+    os.environ.setdefault("MUJOCO_GL", "egl")
+    import multiprocessing as mp
+
+    from dsrl import site_with_ports
+    from vla_steerability import portable_path
+
+    from hardware.sim_tasks import get_task
+    from vla.train import resolve_checkpoint
+
+    tasks = args.tasks
+    if not tasks:
+        with open(os.path.join(resolve_checkpoint(args.checkpoint), "config.json")) as f:
+            tasks = json.load(f).get("sim_tasks")
+        if not tasks:
+            ap.error("give --task: the checkpoint does not record its sim tasks")
+    for t in tasks:
+        named_cube(get_task(t))
+    args.out.mkdir(parents=True, exist_ok=True)
+    pairs = [(t, args.seed_start + i, args.instruction) for t in tasks for i in range(args.episodes)]
+    jobs = min(args.jobs, len(pairs))
+    t0 = time.perf_counter()
+    with tempfile.TemporaryDirectory() as tmp:
+        specs = [{"index": j, "checkpoint": args.checkpoint, "exec_steps": args.exec_steps, "pairs": pairs[j::jobs],
+                  "robot": site_with_ports(os.path.join(tmp, f"site{j}.yaml"), args.port0 + 20 * j),
+                  "log": str(args.out / f"{args.name}.bridge{j}.log")} for j in range(jobs)]
+        if jobs == 1:
+            parts = [work(specs[0])]
+        else:
+            with mp.get_context("spawn").Pool(jobs) as pool:
+                parts = pool.map(work, specs)
+    episodes = sorted((e for p in parts for e in p), key=lambda e: (tasks.index(e["task"]), e["seed"]))
+    summary = summarize(episodes, tasks)
+    for t, r in summary["tasks"].items():
+        print(f"{t:<22} success {r['successes']:>2}/{r['episodes']}  grasped first: "
+              + ", ".join(f"{(c or 'none').split('_')[0]} {n}" for c, n in r["grasped_first"].items())
+              + "  | " + ", ".join(f"{o} {n}" for o, n in r["outcomes"].items() if n))
+    if summary["named_share_of_grasps"] is not None:
+        k, n = summary["named_of_grasped_pooled"]
+        print(f"the grasped cube was the named one in {k}/{n} grasps ({100 * k / n:.0f}%)")
+    out = {"bench": "vla_confusion", "date": _dt.datetime.now().isoformat(timespec="seconds"),
+           "checkpoint": portable_path(args.checkpoint), "episodes_per_task": args.episodes,
+           "seed_start": args.seed_start, "exec_steps": args.exec_steps,
+           "execution": f"chunks of {args.exec_steps}" if args.exec_steps else "temporal ensembling (m = 0.01)",
+           "instruction_override": args.instruction, "jobs": jobs, "wall_s": time.perf_counter() - t0,
+           **summary, "episodes": episodes}
+    with open(args.out / f"{args.name}.json", "w") as f:
+        json.dump(out, f, indent=1, default=lambda o: None if o is None else str(o))
+    plot({"tasks": {t: {**r, "grasped_first": {str(c): n for c, n in r["grasped_first"].items()}}
+                    for t, r in summary["tasks"].items()}},
+         args.out / f"{args.name}.png",
+         f"{os.path.basename(os.path.normpath(args.checkpoint))}: {args.episodes} unseen three-cube scenes per instruction")
+    print(f"wrote {args.out / args.name}.json and .png")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

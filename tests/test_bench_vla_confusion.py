@@ -1,0 +1,61 @@
+"""bench/vla_confusion.py: which cube a multi-task VLA acts on for each instruction, and each failure's kind."""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.net import free_ports
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.append(str(ROOT / "bench"))
+
+
+def _ep(success=False, grasped=None, moved=None, near=None):
+    return {"success": success, "first_grasped": grasped, "first_moved": moved, "close_nearest": near}
+
+
+@pytest.mark.parametrize("ep, outcome", [
+    (_ep(success=True, grasped="red_cube"), "success"),
+    (_ep(grasped="blue_cube", moved="blue_cube", near="blue_cube"), "wrong object"),
+    (_ep(moved="green_cube"), "wrong object"),                      # pushed another cube
+    (_ep(near="green_cube"), "wrong object"),                       # closed beside another cube
+    (_ep(grasped="red_cube", moved="red_cube", near="red_cube"), "right object, skill not completed"),
+    (_ep(near="red_cube"), "right object, grasp missed"),
+    (_ep(), "nothing"),
+])
+def test_each_episode_gets_one_outcome(ep, outcome):
+    from vla_confusion import classify
+
+    assert classify(ep, "red_cube") == outcome
+
+
+def test_the_named_cube_is_the_first_skills():
+    from vla_confusion import named_cube
+
+    from hardware.sim_tasks import get_task
+
+    assert [named_cube(get_task(t)) for t in ("pick_blue_cube", "place_cube_in_bowl", "stack_cubes",
+                                              "push_block_to_marker")] == ["blue_cube", "red_cube", "green_cube",
+                                                                           "blue_cube"]
+
+
+def test_confusion_bench_writes_matrices_outcomes_and_the_plot(tmp_path):
+    from tests.conftest import save_tiny_vla
+
+    save_tiny_vla(str(tmp_path / "ckpt"))
+    port = free_ports(1)[0]
+    r = subprocess.run([sys.executable, str(ROOT / "bench" / "vla_confusion.py"), "--checkpoint", str(tmp_path / "ckpt"),
+                        "--task", "pick_red_cube", "--episodes", "1", "--jobs", "1", "--exec-steps", "8",
+                        "--port0", str(port), "--out", str(tmp_path / "res")],
+                       cwd=ROOT, capture_output=True, text=True, timeout=280)
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
+    out = json.loads((tmp_path / "res" / "vla_confusion.json").read_text())
+    (ep,) = out["episodes"]
+    assert ep["seed"] == 100_000 and 1 <= ep["ticks"] <= 100 and ep["named"] == "red_cube"
+    t = out["tasks"]["pick_red_cube"]
+    assert t["episodes"] == 1 and sum(t["outcomes"].values()) == 1 and sum(t["grasped_first"].values()) == 1
+    assert not out["checkpoint"].startswith("/")
+    assert (tmp_path / "res" / "vla_confusion.png").stat().st_size > 5_000
