@@ -30,7 +30,9 @@ examples:
                                                      # NA's action critic also learns from recorded demos
   vla rl --resume runs/dsrl_red                      # continue after a kill
   vla rl --checkpoint runs/vla_x --env my_pkg.envs:make_env --instruction "reach" --out runs/rl_x
-                                                     # any gymnasium env with images / state / instruction
+                                                     # any gymnasium env with images / state / instruction;
+                                                     # one action per step is fine: chunks are stepped row by
+                                                     # row, episodes end at its TimeLimit / --max-episode-ticks
   tensorboard --logdir runs/dsrl_red/tb
 
 actor / learner on two machines (keys: `vla bridge keys --out keys/`; the learner holds keys/server.key_secret
