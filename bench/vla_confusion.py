@@ -165,7 +165,8 @@ def summarize(episodes: list[dict], tasks: list[str]) -> dict:
                     if t != task:
                         others[t] = others.get(t, 0) + 1
         res[task] = {
-            "instruction": eps[0]["instruction"], "named_cube": named, "episodes": len(eps),
+            "instruction": eps[0]["instruction"], "wordings": sorted({e["instruction"] for e in eps}),
+            "named_cube": named, "episodes": len(eps),
             "successes": ok, "success_rate": ok / len(eps), "success_ci95": list(wilson_interval(ok, len(eps))),
             "grasped_first": {c: sum(g == c for g in [e["first_grasped"] for e in eps]) for c in (*CUBES, None)},
             "moved_first": {c: sum(g == c for g in [e["first_moved"] for e in eps]) for c in (*CUBES, None)},
@@ -222,6 +223,9 @@ def main(argv=None) -> int:
     ap.add_argument("--task", action="append", dest="tasks", help="sim task (repeat; default: the checkpoint's tasks)")
     ap.add_argument("--instruction", default=None,
                     help="give every episode this instruction instead of the task's (a paraphrase, a held-out wording)")
+    ap.add_argument("--wording", choices=["instruction", "paraphrases"], default="instruction",
+                    help="each task's instruction (default), or its paraphrases in turn, one per episode (wordings a "
+                         "model trained on the instructions alone has never seen)")
     ap.add_argument("--episodes", type=int, default=20, help="unseen scenes per task (default 20)")
     ap.add_argument("--seed-start", type=int, default=100_000, help="first scene seed (default 100000, `vla eval`'s)")
     ap.add_argument("--exec-steps", type=int, default=None, help="chunk rows per re-plan (default: temporal ensembling)")
@@ -250,7 +254,18 @@ def main(argv=None) -> int:
     for t in tasks:
         named_cube(get_task(t))
     args.out.mkdir(parents=True, exist_ok=True)
-    pairs = [(t, args.seed_start + i, args.instruction) for t in tasks for i in range(args.episodes)]
+    if args.instruction and args.wording != "instruction":
+        ap.error("--instruction and --wording paraphrases: choose one")
+
+    def wording(task: str, i: int) -> str | None:
+        if args.wording == "paraphrases":
+            p = get_task(task).paraphrases
+            if not p:
+                ap.error(f"task {task} has no paraphrases")
+            return p[i % len(p)]
+        return args.instruction
+
+    pairs = [(t, args.seed_start + i, wording(t, i)) for t in tasks for i in range(args.episodes)]
     jobs = min(args.jobs, len(pairs))
     t0 = time.perf_counter()
     with tempfile.TemporaryDirectory() as tmp:
@@ -275,7 +290,7 @@ def main(argv=None) -> int:
            "checkpoint": portable_path(args.checkpoint), "episodes_per_task": args.episodes,
            "seed_start": args.seed_start, "exec_steps": args.exec_steps,
            "execution": f"chunks of {args.exec_steps}" if args.exec_steps else "temporal ensembling (m = 0.01)",
-           "instruction_override": args.instruction, "jobs": jobs, "wall_s": time.perf_counter() - t0,
+           "instruction_override": args.instruction, "wording": args.wording, "jobs": jobs, "wall_s": time.perf_counter() - t0,
            **summary, "episodes": episodes}
     with open(args.out / f"{args.name}.json", "w") as f:
         json.dump(out, f, indent=1, default=lambda o: None if o is None else str(o))

@@ -48,13 +48,14 @@ def test_confusion_bench_writes_matrices_outcomes_and_the_plot(tmp_path):
     save_tiny_vla(str(tmp_path / "ckpt"))
     port = free_ports(1)[0]
     r = subprocess.run([sys.executable, str(ROOT / "bench" / "vla_confusion.py"), "--checkpoint", str(tmp_path / "ckpt"),
-                        "--task", "pick_red_cube", "--episodes", "1", "--jobs", "1", "--exec-steps", "8",
+                        "--task", "pick_red_cube", "--episodes", "1", "--jobs", "1", "--exec-steps", "8", "--wording", "paraphrases",
                         "--port0", str(port), "--out", str(tmp_path / "res")],
                        cwd=ROOT, capture_output=True, text=True, timeout=280)
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
     out = json.loads((tmp_path / "res" / "vla_confusion.json").read_text())
     (ep,) = out["episodes"]
     assert ep["seed"] == 100_000 and 1 <= ep["ticks"] <= 100 and ep["named"] == "red_cube"
+    assert ep["instruction"] == "grab the red block"  # the first paraphrase, a wording the model never saw
     t = out["tasks"]["pick_red_cube"]
     assert t["episodes"] == 1 and sum(t["outcomes"].values()) == 1 and sum(t["grasped_first"].values()) == 1
     assert not out["checkpoint"].startswith("/")

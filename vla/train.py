@@ -286,7 +286,7 @@ def train(cfg: TrainConfig, resume: bool = False, progress: bool = True) -> dict
     mcfg = CompactVLAConfig(cameras=tuple(cams), image_size=cfg.image_size, horizon=cfg.horizon,
                             state_dim=data.state.shape[1], action_dim=data.chunks.shape[2], num_tokens=cfg.num_tokens,
                             neck=cfg.neck, crops=cfg.crops, fine_blocks=cfg.fine_blocks,
-                            hidden=cfg.head_hidden, depth=cfg.head_depth)
+                            hidden=cfg.head_hidden, depth=cfg.head_depth, head_film=cfg.head_film)
     model = CompactVLA(mcfg)
     model.set_normalization(**stats, **CompactVLA.text_stats(data.text_emb))
     if cfg.init and ckpt is None:

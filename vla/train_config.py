@@ -45,6 +45,8 @@ class TrainConfig:
     """Width of the flow-matching action expert's velocity MLP (the compact VLA's ``hidden``)."""
     head_depth: int = 3
     """Hidden layers of the action expert's velocity MLP (the compact VLA's ``depth``)."""
+    head_film: bool = False
+    """FiLM-condition every hidden layer of the action expert, not only its input (``head_film``)."""
     neck: str = "film"
     """Camera neck of the compact VLA: ``film`` (instruction-modulated convolutions -> keypoints) or
     ``keypoints`` (1x1 convolutions -> keypoints; the first design, kept for its checkpoints)."""

@@ -79,3 +79,24 @@ def test_loss_trains_the_velocity_field():
     assert loss.item() < first * 0.3
     err = (h.sample(cond.repeat(16, 1)).reshape(16, 2, 2, 2) - target).abs().mean()
     assert err < 0.15, f"samples far from the demonstrated chunks: {err:.3f}"
+
+
+def test_film_head_starts_as_the_plain_head_and_conditions_every_layer():
+    """FlowHeadConfig(film=True): zero-initialised FiLM layers leave the velocity MLP as it is; once
+    trained they modulate each hidden layer by the condition."""
+    import torch
+
+    from vla.models.flow import FlowHeadConfig, FlowMatchingHead
+
+    torch.manual_seed(0)
+    plain = FlowMatchingHead(FlowHeadConfig(horizon=4, action_dim=3, cond_dim=16, hidden=32, depth=3))
+    film = FlowMatchingHead(FlowHeadConfig(horizon=4, action_dim=3, cond_dim=16, hidden=32, depth=3, film=True))
+    film.load_state_dict(plain.state_dict(), strict=False)
+    x, t, c = torch.randn(5, 4, 3), torch.rand(5), torch.randn(5, 16)
+    torch.testing.assert_close(film.velocity(x, t, c), plain.velocity(x, t, c))
+    assert len(film.films) == 3
+    with torch.no_grad():
+        film.films[2].weight.normal_()  # the last hidden layer now reads the condition
+    assert not torch.allclose(film.velocity(x, t, c), plain.velocity(x, t, c))
+    noise = torch.randn(5, 4, 3)
+    torch.testing.assert_close(film.sample(c, noise=noise), film.sample(c, noise=noise))  # still deterministic

@@ -157,9 +157,11 @@ def test_the_action_experts_size_is_a_training_setting(tiny_dataset, tmp_path):
     """--head-hidden / --head-depth shape the flow head (bench/results/vla_sft's ablation of the head's size)."""
     from vla.models import load_vla
 
-    train(cfg_for(tiny_dataset, tmp_path / "h", steps=1, save_every=1, head_hidden=48, head_depth=2), progress=False)
+    train(cfg_for(tiny_dataset, tmp_path / "h", steps=1, save_every=1, head_hidden=48, head_depth=2, head_film=True),
+          progress=False)
     m = load_vla(str(tmp_path / "h/model"))
     widths = [layer.out_features for layer in m.head.net if isinstance(layer, torch.nn.Linear)]
-    assert widths[:-1] == [48, 48] and m.cfg.hidden == 48 and m.cfg.depth == 2
+    assert widths[:-1] == [48, 48] and m.cfg.hidden == 48 and m.cfg.depth == 2 and m.cfg.head_film
+    assert len(m.head.films) == 2
     with pytest.raises(ValueError, match="head_depth must be positive"):
         TrainConfig(datasets=("x",), out="y", head_depth=0)

@@ -65,6 +65,9 @@ but the sentence encoder trains. The fusion and the action expert always train.
                    help=f"width of the action expert's velocity MLP (default {d['head_hidden']})")
     p.add_argument("--head-depth", type=int, default=d["head_depth"],
                    help=f"hidden layers of the action expert's velocity MLP (default {d['head_depth']})")
+    p.add_argument("--head-film", action="store_true",
+                   help="FiLM-condition every hidden layer of the action expert on the observation and instruction "
+                        "(default: the condition enters its input only)")
     p.add_argument("--fine-blocks", type=int, default=d["fine_blocks"],
                    help=f"trunk blocks before the keypoint map (default {d['fine_blocks']}; 3: stride 4, 24x24 keypoint map "
                         "at 96 px; 5: stride 8, coarser and about 2.4x cheaper to cache)")
@@ -113,7 +116,8 @@ def _init_settings(path: str) -> dict:
     return {"image_size": c["image_size"], "horizon": c["horizon"], "cameras": tuple(c["cameras"]),
             "crops": tuple(tuple(x) for x in c.get("crops", ())), "fine_blocks": c["fine_blocks"],
             "neck": c.get("neck", "keypoints"), "num_tokens": c["num_tokens"],
-            "head_hidden": c.get("hidden", 256), "head_depth": c.get("depth", 3)}
+            "head_hidden": c.get("hidden", 256), "head_depth": c.get("depth", 3),
+            "head_film": c.get("head_film", False)}
 
 
 def recorded_crops(datasets) -> tuple[tuple[str, float, float, float, float], ...]:
@@ -169,6 +173,7 @@ def run(args) -> int:
                           cameras=tuple(args.cameras) if args.cameras else None, success_only=args.success_only,
                           crops=crops,
                           fine_blocks=args.fine_blocks, head_hidden=args.head_hidden, head_depth=args.head_depth,
+                          head_film=args.head_film,
                           num_tokens=args.num_tokens,
                           neck=args.neck, aug_views=args.aug_views, shift_pad=args.shift_pad, jitter=args.jitter,
                           balance=args.balance,

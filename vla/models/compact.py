@@ -54,6 +54,9 @@ class CompactVLAConfig:
     cond_dim: int = 256
     hidden: int = 256
     depth: int = 3
+    head_film: bool = False
+    """FiLM-condition every hidden layer of the action expert on the fused observation (instruction
+    included), not only its input (``FlowHeadConfig.film``)."""
     num_tokens: int = 0
     """Behaviour tokens (ExToken); 0 = none. Token 0 is always the null token."""
     num_steps: int = 10
@@ -201,7 +204,8 @@ class CompactVLA(VLA):
                                   nn.Linear(cfg.cond_dim, cfg.cond_dim))
         self.head = FlowMatchingHead(FlowHeadConfig(horizon=cfg.horizon, action_dim=cfg.action_dim,
                                                     cond_dim=cfg.cond_dim, hidden=cfg.hidden, depth=cfg.depth,
-                                                    num_tokens=cfg.num_tokens, num_steps=cfg.num_steps))
+                                                    num_tokens=cfg.num_tokens, num_steps=cfg.num_steps,
+                                                    film=cfg.head_film))
         # Normalisation statistics (set from the training data by set_normalization).
         self.register_buffer("state_mean", torch.zeros(cfg.state_dim))
         self.register_buffer("state_std", torch.ones(cfg.state_dim))

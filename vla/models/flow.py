@@ -40,6 +40,9 @@ class FlowHeadConfig:
     """Behaviour tokens (ExToken); 0 disables them. Token 0 is the null token."""
     num_steps: int = 10
     """Default Euler steps at sampling time."""
+    film: bool = False
+    """Condition every hidden layer of the velocity MLP (FiLM: a per-layer scale and shift from the
+    condition vector, zero-initialised), not only its input (concatenation, the default)."""
 
     def __post_init__(self) -> None:
         for f in ("horizon", "action_dim", "cond_dim", "hidden", "depth", "num_steps"):
@@ -66,6 +69,12 @@ class FlowMatchingHead(nn.Module):
             layers += [nn.Linear(cfg.hidden, cfg.hidden), nn.SiLU()]
         layers.append(nn.Linear(cfg.hidden, flat))
         self.net = nn.Sequential(*layers)
+        self.films = None
+        if cfg.film:  # one scale / shift per hidden layer, starting at identity
+            self.films = nn.ModuleList(nn.Linear(cfg.cond_dim, 2 * cfg.hidden) for _ in range(cfg.depth))
+            for f in self.films:
+                nn.init.zeros_(f.weight)
+                nn.init.zeros_(f.bias)
 
     @property
     def noise_shape(self) -> tuple[int, int]:
@@ -88,7 +97,13 @@ class FlowMatchingHead(nn.Module):
         """v(x_t, t | cond): x [B, H, A], t [B] -> [B, H, A]. ``cond`` already includes the token."""
         b = x.shape[0]
         h = torch.cat([x.reshape(b, -1), _time_embedding(t), cond], dim=-1)
-        return self.net(h).reshape(b, *self.noise_shape)
+        if self.films is None:
+            return self.net(h).reshape(b, *self.noise_shape)
+        linears = [m for m in self.net if isinstance(m, nn.Linear)]
+        for lin, film in zip(linears[:-1], self.films):
+            gamma, beta = film(cond).chunk(2, dim=-1)
+            h = torch.nn.functional.silu(lin(h) * (1 + gamma) + beta)
+        return linears[-1](h).reshape(b, *self.noise_shape)
 
     def check_noise(self, noise: torch.Tensor | None, batch: int, like: torch.Tensor) -> torch.Tensor:
         if noise is None:
