@@ -11,7 +11,8 @@ records
 * the first cube grasped (``grasped``: between the fingers, gripper closed on it), and the cube
   nearest the fingers at the first close command (the intent, when no grasp followed);
 * the first cube moved more than 2 cm (the object acted on, for pushes too);
-* every registered task whose success predicate held at some tick (``achieved_tasks``).
+* every registered task whose success predicate held at some tick (``achieved_tasks``), how high each
+  cube was lifted while grasped, the cubes in the bowl and the cube held at the end.
 
 Each episode gets one outcome:
 
@@ -79,7 +80,7 @@ def classify(ep: dict, target: str) -> str:
 def rollout(env, client, policy, seed: int, names: list[str], instruction: str | None = None) -> dict:
     """One episode of ``policy`` on ``env`` (a sim task env), stepped row by row with the simulator's
     object poses read after every tick. -> the episode's record."""
-    from hardware.sim_tasks import achieved_tasks, grasped, objects_from_state
+    from hardware.sim_tasks import achieved_tasks, grasped, in_bowl, objects_from_state
 
     obs, _ = env.reset(seed=seed)
     if hasattr(policy, "reset"):
@@ -87,7 +88,9 @@ def rollout(env, client, policy, seed: int, names: list[str], instruction: str |
     objs0 = objects_from_state({k: np.asarray(v) for k, v in client.last_state.arrays.items()}, names)
     first_grasped = first_moved = close_nearest = None
     achieved: dict[str, int] = {}
+    max_lift = {c: 0.0 for c in CUBES}  # the most each cube rose above where it started, while grasped
     ticks, success, done, last_grip = 0, False, False, 1.0
+    objs = objs0
     while ticks < env.max_ticks and not done:
         for row in policy(obs):
             obs, reward, terminated, truncated, info = env.step(row)
@@ -100,6 +103,9 @@ def rollout(env, client, policy, seed: int, names: list[str], instruction: str |
                 first_grasped = next((c for c in CUBES if grasped(objs[c], ee, gripper)), None)
             if first_moved is None:
                 first_moved = next((c for c in CUBES if np.linalg.norm(objs[c][:3] - objs0[c][:3]) > MOVED_M), None)
+            for c in CUBES:
+                if grasped(objs[c], ee, gripper):
+                    max_lift[c] = max(max_lift[c], float(objs[c][2] - objs0[c][2]))
             for t in achieved_tasks(objs, ee, gripper):
                 achieved.setdefault(t, ticks)
             ticks += 1
@@ -108,7 +114,10 @@ def rollout(env, client, policy, seed: int, names: list[str], instruction: str |
                 done = True
                 break
     return {"seed": seed, "success": success, "ticks": ticks, "first_grasped": first_grasped,
-            "first_moved": first_moved, "close_nearest": close_nearest, "achieved": achieved}
+            "first_moved": first_moved, "close_nearest": close_nearest, "achieved": achieved,
+            "max_lift_m": max_lift, "in_bowl_at_end": [c for c in CUBES if in_bowl(objs[c], objs["bowl"])],
+            "held_at_end": next((c for c in CUBES if grasped(objs[c], np.asarray(obs["state"][:3], float),
+                                                            float(obs["state"][7]))), None)}
 
 
 def work(job: dict) -> list[dict]:
@@ -164,6 +173,7 @@ def summarize(episodes: list[dict], tasks: list[str]) -> dict:
                 for t in e["achieved"]:
                     if t != task:
                         others[t] = others.get(t, 0) + 1
+        snc = [e for e in eps if e["outcome"] == "right object, skill not completed"]
         res[task] = {
             "instruction": eps[0]["instruction"], "wordings": sorted({e["instruction"] for e in eps}),
             "named_cube": named, "episodes": len(eps),
@@ -172,7 +182,12 @@ def summarize(episodes: list[dict], tasks: list[str]) -> dict:
             "moved_first": {c: sum(g == c for g in [e["first_moved"] for e in eps]) for c in (*CUBES, None)},
             "named_of_grasped": [k, len(grasped)],
             "outcomes": {o: sum(e["outcome"] == o for e in eps) for o in OUTCOMES},
-            "failures_that_achieved_another_task": others}
+            "failures_that_achieved_another_task": others,
+            "skill_not_completed": {  # where the episodes that grasped the named cube but failed ended
+                "episodes": len(snc),
+                "lift_m": sorted(round(e["max_lift_m"][named], 3) for e in snc if "max_lift_m" in e),
+                "named_in_bowl_at_end": sum(named in e.get("in_bowl_at_end", []) for e in snc),
+                "named_held_at_end": sum(e.get("held_at_end") == named for e in snc)}}
     pooled = [sum(r["named_of_grasped"][i] for r in res.values()) for i in (0, 1)]
     return {"tasks": res, "named_of_grasped_pooled": pooled,
             "named_share_of_grasps": pooled[0] / pooled[1] if pooled[1] else None}
