@@ -41,9 +41,13 @@ GOAL_LATENCY_MS = 30.0
 VARIANTS = {
     "default": {},
     "crop_fine3": {"fine_blocks": 3, "crops": (("front", 0.2, 0.35, 0.8, 0.85),)},
+    "head512": {"fine_blocks": 3, "crops": (("front", 0.2, 0.35, 0.8, 0.85),), "hidden": 512, "depth": 4},
+    "head512_film": {"fine_blocks": 3, "crops": (("front", 0.2, 0.35, 0.8, 0.85),), "hidden": 512, "depth": 4,
+                     "head_film": True},
+    "head1024": {"fine_blocks": 3, "crops": (("front", 0.2, 0.35, 0.8, 0.85),), "hidden": 1024, "depth": 4},
 }
-"""Model configurations whose chunk latency is measured: the defaults, and the front crop + stride-4
-keypoints of bench/vla_sft.py's best rows (``--variant``)."""
+"""Model configurations whose chunk latency is measured: the defaults, the front crop + stride-4
+keypoints of bench/vla_sft.py's best rows, and round 14's larger action experts (``--variant``)."""
 
 
 def latency(calls: int, **overrides) -> dict:
