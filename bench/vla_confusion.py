@@ -202,7 +202,10 @@ def plot(summary: dict, path: pathlib.Path, title: str) -> None:
     res = summary["tasks"]
     tasks = list(res)
     cols = [*CUBES, None]
-    m = np.array([[res[t]["grasped_first"][str(c)] for c in cols] for t in tasks], float)
+    def first(t: str) -> dict[str, int]:  # "no grasp" is the key None here, "null" in a JSON file read back
+        return {"None" if k in (None, "null") else str(k): n for k, n in res[t]["grasped_first"].items()}
+
+    m = np.array([[first(t)[str(c)] for c in cols] for t in tasks], float)
     fig, (a1, a2) = plt.subplots(1, 2, figsize=(12, 0.6 * len(tasks) + 2.2), gridspec_kw={"width_ratios": [1, 1.4]})
     frac = m / np.maximum(m.sum(1, keepdims=True), 1)
     a1.imshow(frac, cmap="Blues", vmin=0, vmax=1, aspect="auto")
@@ -223,7 +226,7 @@ def plot(summary: dict, path: pathlib.Path, title: str) -> None:
     a2.set_yticks(range(len(tasks)), tasks, fontsize=7)
     a2.invert_yaxis()  # first task on top, as in the matrix
     a2.set_xlabel("episodes")
-    a2.legend(fontsize=7, loc="lower right")
+    a2.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.18), ncol=3)
     a2.set_title("outcome per task", fontsize=9)
     fig.suptitle(title, fontsize=9)
     fig.tight_layout()
@@ -309,9 +312,7 @@ def main(argv=None) -> int:
            **summary, "episodes": episodes}
     with open(args.out / f"{args.name}.json", "w") as f:
         json.dump(out, f, indent=1, default=lambda o: None if o is None else str(o))
-    plot({"tasks": {t: {**r, "grasped_first": {str(c): n for c, n in r["grasped_first"].items()}}
-                    for t, r in summary["tasks"].items()}},
-         args.out / f"{args.name}.png",
+    plot(summary, args.out / f"{args.name}.png",
          f"{os.path.basename(os.path.normpath(args.checkpoint))}: {args.episodes} unseen three-cube scenes per instruction")
     print(f"wrote {args.out / args.name}.json and .png")
     return 0
