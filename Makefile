@@ -55,18 +55,20 @@ clean-venv:
 # round-14 recipe; the trained model replaces the committed one. About 35 min on 2 cores.
 BASE_TASKS := pick_red_cube pick_blue_cube lift_green_cube place_cube_in_bowl stack_cubes
 BASE_DATA ?= data/base
+BASE_EPISODES ?= 60
+BASE_OUT ?= vla/checkpoints/base
 BASE_TRAIN_FLAGS ?= --steps 6000 --batch-size 128 --balance tasks --head-hidden 512 --head-depth 4
 base: setup
 	@for t in $(BASE_TASKS); do \
 	  d=$(BASE_DATA)/q1_$$t; \
 	  if [ -f $$d.complete ]; then echo ">> $$d: recorded already"; \
-	  else rm -rf $$d && $(VENV)/bin/vla record --robot sim-franka-fast --task $$t --teleop scripted --episodes 60 \
+	  else rm -rf $$d && $(VENV)/bin/vla record --robot sim-franka-fast --task $$t --teleop scripted --episodes $(BASE_EPISODES) \
 	         --root $$d && touch $$d.complete || exit 1; fi; \
 	done
 	@run=runs/base-$$(date +%Y%m%d-%H%M%S); \
 	$(VENV)/bin/vla train $(foreach t,$(BASE_TASKS),--dataset $(BASE_DATA)/q1_$(t)) --out $$run $(BASE_TRAIN_FLAGS) \
-	  --threads 2 && rm -rf vla/checkpoints/base && mkdir -p vla/checkpoints && cp -r $$run/model vla/checkpoints/base \
-	  && $(PY) -c "import json, os; p = 'vla/checkpoints/base/config.json'; d = json.load(open(p)); \
+	  --threads 2 && rm -rf $(BASE_OUT) && mkdir -p $$(dirname $(BASE_OUT)) && cp -r $$run/model $(BASE_OUT) \
+	  && $(PY) -c "import json, os; p = '$(BASE_OUT)/config.json'; d = json.load(open(p)); \
 	d['train']['datasets'] = [os.path.relpath(x) for x in d['train']['datasets']]; json.dump(d, open(p, 'w'), indent=2)" \
-	  && echo ">> vla/checkpoints/base <- $$run/model; measure it: .venv/bin/python bench/vla_confusion.py \
-	--checkpoint vla/checkpoints/base --episodes 20"
+	  && echo ">> $(BASE_OUT) <- $$run/model; measure it: .venv/bin/python bench/vla_confusion.py \
+	--checkpoint $(BASE_OUT) --episodes 20"
