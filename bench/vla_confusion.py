@@ -213,8 +213,12 @@ def plot(summary: dict, path: pathlib.Path, title: str) -> None:
         for j in range(len(cols)):
             a1.text(j, i, int(m[i, j]), ha="center", va="center", color="white" if frac[i, j] > 0.5 else "black")
     a1.set_xticks(range(len(cols)), ["red", "green", "blue", "no grasp"])
-    a1.set_yticks(range(len(tasks)), [f"{res[t]['instruction']}\n(names {res[t]['named_cube'].split('_')[0]})" for t in tasks],
-                  fontsize=7)
+    def label(t: str) -> str:
+        w = res[t].get("wordings", [res[t]["instruction"]])
+        said = w[0] if len(w) == 1 else f"{t}: {len(w)} wordings"
+        return f"{said}\n(names {res[t]['named_cube'].split('_')[0]})"
+
+    a1.set_yticks(range(len(tasks)), [label(t) for t in tasks], fontsize=7)
     a1.set_xlabel("first cube grasped")
     a1.set_title("instruction x first grasp", fontsize=9)
     colours = ["tab:green", "tab:red", "tab:orange", "tab:purple", "tab:gray"]
@@ -313,7 +317,8 @@ def main(argv=None) -> int:
     with open(args.out / f"{args.name}.json", "w") as f:
         json.dump(out, f, indent=1, default=lambda o: None if o is None else str(o))
     plot(summary, args.out / f"{args.name}.png",
-         f"{os.path.basename(os.path.normpath(args.checkpoint))}: {args.episodes} unseen three-cube scenes per instruction")
+         f"{os.path.basename(os.path.normpath(args.checkpoint))}: {args.episodes} unseen three-cube scenes per task"
+         + (", the tasks' paraphrases in turn" if args.wording == "paraphrases" else ""))
     print(f"wrote {args.out / args.name}.json and .png")
     return 0
 
