@@ -38,7 +38,6 @@ import json
 import os
 import pathlib
 import sys
-import tempfile
 import time
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
@@ -259,10 +258,7 @@ def main(argv=None) -> int:
     if args.episodes < 1 or args.jobs < 1:
         ap.error("--episodes and --jobs must be >= 1")
     os.environ.setdefault("MUJOCO_GL", "egl")
-    import multiprocessing as mp
-
-    from dsrl import site_with_ports
-    from vla_steerability import portable_path
+    from vla_steerability import portable_path, run_workers
 
     from hardware.sim_tasks import get_task
     from vla.train import resolve_checkpoint
@@ -290,15 +286,8 @@ def main(argv=None) -> int:
     pairs = [(t, args.seed_start + i, wording(t, i)) for t in tasks for i in range(args.episodes)]
     jobs = min(args.jobs, len(pairs))
     t0 = time.perf_counter()
-    with tempfile.TemporaryDirectory() as tmp:
-        specs = [{"index": j, "checkpoint": args.checkpoint, "exec_steps": args.exec_steps, "pairs": pairs[j::jobs],
-                  "robot": site_with_ports(os.path.join(tmp, f"site{j}.yaml"), args.port0 + 20 * j),
-                  "log": str(args.out / f"{args.name}.bridge{j}.log")} for j in range(jobs)]
-        if jobs == 1:
-            parts = [work(specs[0])]
-        else:
-            with mp.get_context("spawn").Pool(jobs) as pool:
-                parts = pool.map(work, specs)
+    parts = run_workers(work, pairs, jobs, args.port0, str(args.out / args.name), checkpoint=args.checkpoint,
+                        exec_steps=args.exec_steps)
     episodes = sorted((e for p in parts for e in p), key=lambda e: (tasks.index(e["task"]), e["seed"]))
     summary = summarize(episodes, tasks)
     for t, r in summary["tasks"].items():

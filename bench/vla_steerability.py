@@ -57,6 +57,22 @@ def stream_rng(seed: int, stream: int) -> np.random.Generator:
     return np.random.default_rng(seed if stream == 0 else [seed, stream])
 
 
+def run_workers(work, pairs: list, jobs: int, port0: int, log_prefix: str, **common) -> list:
+    """``work(spec)`` in ``jobs`` processes (spawned; in this one for a single job), each on its own sim
+    bridge (ports ``port0 + 20 j ...``, log ``LOG_PREFIX.bridgeJ.log``) with every ``jobs``-th of ``pairs``
+    and ``common``. -> the workers' results, in worker order."""
+    import multiprocessing as mp
+
+    with tempfile.TemporaryDirectory() as tmp:
+        specs = [{"index": j, "pairs": pairs[j::jobs], "log": f"{log_prefix}.bridge{j}.log",
+                  "robot": site_with_ports(os.path.join(tmp, f"site{j}.yaml"), port0 + 20 * j), **common}
+                 for j in range(jobs)]
+        if jobs == 1:
+            return [work(specs[0])]
+        with mp.get_context("spawn").Pool(jobs) as pool:
+            return pool.map(work, specs)
+
+
 def work(job: dict) -> dict:
     """One worker: its own sim bridge, the VLA, and its share of (task, scene) pairs, every stream."""
     import torch
@@ -153,21 +169,13 @@ def main(argv=None) -> int:
         if getattr(args, name) < 1:
             ap.error(f"--{name} must be >= 1, got {getattr(args, name)}")
     os.environ.setdefault("MUJOCO_GL", "egl")
-    import multiprocessing as mp
 
     args.out.mkdir(parents=True, exist_ok=True)
     pairs = [(t, args.seed_start + i) for t in args.tasks for i in range(args.scenes)]
     jobs = min(args.jobs, len(pairs))
     t0 = time.perf_counter()
-    with tempfile.TemporaryDirectory() as tmp:
-        specs = [{"index": j, "checkpoint": args.checkpoint, "streams": args.streams, "noise": args.noise, "pairs": pairs[j::jobs],
-                  "robot": site_with_ports(os.path.join(tmp, f"site{j}.yaml"), args.port0 + 20 * j),
-                  "log": str(args.out / f"{args.name}.bridge{j}.log")} for j in range(jobs)]
-        if jobs == 1:
-            parts = [work(specs[0])]
-        else:
-            with mp.get_context("spawn").Pool(jobs) as pool:
-                parts = pool.map(work, specs)
+    parts = run_workers(work, pairs, jobs, args.port0, str(args.out / args.name), checkpoint=args.checkpoint,
+                        streams=args.streams, noise=args.noise)
     outcomes = {k: v for p in parts for k, v in p.items()}
     res: dict = {}
     for task in args.tasks:

@@ -87,11 +87,11 @@ class Session:
         agent_cls, _ = get_method(cfg.method)
         self.agent = agent_cls.build(self.vla, cfg.agent, seed=cfg.seed,
                                      observation_space=getattr(env, "observation_space", None))
-        from vla.envs import DEFAULT_EPISODE_TICKS, episode_limit
+        from vla.envs import episode_limit, steps_chunks
 
-        # the env contract shared with `vla eval` (vla.envs): a learner has no env, the actor sets its own
-        self.max_ticks = episode_limit(env, cfg.max_episode_ticks) if env is not None \
-            else (cfg.max_episode_ticks or DEFAULT_EPISODE_TICKS)
+        # the env contract shared with `vla eval` (vla.envs); a learner has no env, its actor has the limit
+        self.max_ticks = episode_limit(env, cfg.max_episode_ticks)
+        self.chunked = steps_chunks(env) if env is not None else True
         spec = self.agent.obs_spec  # what one stored observation holds
         extras = {"chunk": (tuple(self.agent.chunk_shape), np.float32)}
         cap = cfg.total_ticks + 16
@@ -260,7 +260,7 @@ class Session:
                 padded = np.concatenate([chunk, np.repeat(chunk[-1:], exec_steps - len(chunk), 0)]) \
                     if len(chunk) < exec_steps else chunk[:exec_steps]
                 chunk_n = vla.clip_normalized_actions(vla.normalize_actions(torch.from_numpy(padded)))
-            st = step_chunk(self.env, chunk)  # one action env: row by row, up to the first terminated row
+            st = step_chunk(self.env, chunk, chunked=self.chunked)  # a one-action env: row by row
             obs2, r, term, trunc, info = st.obs, st.reward, st.terminated, st.truncated, st.info
             ticks += st.rows
             steps += 1
@@ -371,11 +371,11 @@ def read_base_eval(sess: Session, resume: bool) -> dict[str, Any] | None:
     with open(path) as f:
         base = json.load(f)
     want = {"vla_sha256": sess.digest_before, "episodes": sess.cfg.eval_episodes, "seed_start": sess.cfg.eval_seed_start}
-    if sess.env is not None:  # a learner has no env: its actor knows the episode limit
+    if sess.env is not None and "max_episode_ticks" in base:  # a learner has no env: its actor knows the limit
         want["max_episode_ticks"] = sess.max_ticks
     if resume and "vla_sha256" not in base:
         return base
-    differ = [k for k, v in want.items() if base.get(k) != v and (k in base or k != "max_episode_ticks")]
+    differ = [k for k, v in want.items() if base.get(k) != v]
     if differ:
         print(f"{path} was taken with other {', '.join(differ)}; evaluating the base VLA again", flush=True)
         return None

@@ -82,12 +82,13 @@ def declared_tick_limit(env) -> int | None:
 
 def episode_limit(env, requested: int | None = None) -> int:
     """The one rule for an episode's length in control ticks (module docstring): ``requested``
-    (``--max-episode-ticks``), else the env's own limit, else ``DEFAULT_EPISODE_TICKS``."""
+    (``--max-episode-ticks``), else the env's own limit, else ``DEFAULT_EPISODE_TICKS``. ``env`` None
+    (a learner, which has no env) has no limit of its own."""
     if requested is not None:
         if int(requested) <= 0:
             raise ValueError(f"--max-episode-ticks must be positive, got {requested}")
         return int(requested)
-    return declared_tick_limit(env) or DEFAULT_EPISODE_TICKS
+    return (declared_tick_limit(env) if env is not None else None) or DEFAULT_EPISODE_TICKS
 
 
 @dataclasses.dataclass
@@ -102,13 +103,15 @@ class ChunkStep:
     rows: int
 
 
-def step_chunk(env, chunk, on_row: Callable[[Any, int, float, dict], None] | None = None) -> ChunkStep:
+def step_chunk(env, chunk, on_row: Callable[[Any, int, float, dict], None] | None = None,
+               chunked: bool | None = None) -> ChunkStep:
     """Execute ``chunk`` ``[n, A]`` on ``env`` by the contract of the module docstring. ``on_row(obs,
-    i, reward, info)`` sees every row's result when the env steps one action at a time."""
+    i, reward, info)`` sees every row's result when the env steps one action at a time. ``chunked``:
+    ``steps_chunks(env)``, if the caller has it already (a rollout asks once, not every chunk)."""
     chunk = np.asarray(chunk, np.float32)
     if chunk.ndim != 2 or len(chunk) == 0:
         raise ValueError(f"an action chunk is [n, A] with n >= 1, got shape {list(chunk.shape)}")
-    if steps_chunks(env):
+    if steps_chunks(env) if chunked is None else chunked:
         obs, r, term, trunc, info = env.step(chunk)
         return ChunkStep(obs, float(r), bool(term), bool(trunc), dict(info), len(chunk))
     total = 0.0

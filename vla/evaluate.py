@@ -82,7 +82,7 @@ def run_episode(env, policy: Callable[[dict], np.ndarray], seed: int, max_ticks:
         while ticks < max_ticks and not done:
             chunk = policy(obs)[: max_ticks - ticks]
             start = len(frames) if frames is not None else 0
-            st = step_chunk(env, chunk, on_row=on_row)
+            st = step_chunk(env, chunk, on_row=on_row, chunked=not per_row)
             obs = st.obs
             ticks += st.rows
             success = bool(st.info.get("success", st.reward > 0))

@@ -149,18 +149,16 @@ def _run_env(args, model, ckpt: str, make_env) -> int:
 
     if args.tasks:
         raise ValueError("--task names a sim task; with --env the env decides the task (drop --task)")
-    from vla.envs import episode_limit, make_user_env
-
-    if args.max_ticks is not None and args.max_ticks <= 0:
-        raise ValueError(f"--max-episode-ticks must be positive, got {args.max_ticks}")
-    env = make_user_env(args.env, make_env)
-    max_ticks = episode_limit(env, args.max_ticks)  # the rule `vla rl --env` uses
     if args.instruction is not None:
         raise ValueError("--instruction overrides the sim tasks' prompts; with --env the env's observation "
                          "carries the instruction")
-    run_root, out = _out_dir(args, ckpt)
+    from vla.envs import episode_limit, make_user_env
+
+    env = make_user_env(args.env, make_env)
     name = args.env.split(":", 1)[1]
     try:
+        max_ticks = episode_limit(env, args.max_ticks)  # the rule `vla rl --env` uses; refuses a bad flag
+        run_root, out = _out_dir(args, ckpt)
         report = evaluate_env(model, env, name, args.episodes, out, int(max_ticks), seed_start=args.seed_start,
                               exec_steps=args.exec_steps, videos=args.videos, control_hz=args.control_hz,
                               temporal_ensemble=_temporal_ensemble(args))
