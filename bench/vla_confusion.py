@@ -76,7 +76,7 @@ def classify(ep: dict, target: str) -> str:
     return "nothing"
 
 
-def rollout(env, client, policy, seed: int, names: list[str], instruction: str | None = None) -> dict:
+def rollout(env, client, policy, seed: int, names: list[str]) -> dict:
     """One episode of ``policy`` on ``env`` (a sim task env), stepped row by row with the simulator's
     object poses read after every tick. -> the episode's record."""
     from hardware.sim_tasks import achieved_tasks, grasped, in_bowl, objects_from_state
