@@ -83,3 +83,48 @@ def test_mistake_rate_records_the_experts_wrong_goal_as_kept_failures(tmp_path):
 def test_record_refuses_expert_knobs_without_the_scripted_expert(tmp_path, capsys, argv):
     assert main(["record", "--task", "pick_red_cube", *argv, "--root", str(tmp_path / "x")]) == 2
     assert argv[2] in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("code", ["deadline_exceeded", "safe_state"])
+def test_a_refused_late_command_discards_the_episode_and_records_its_scene_again(tmp_path, capsys, monkeypatch,
+                                                                                    code):
+    """On a loaded machine a command can reach the robot after its deadline; the server refuses it
+    (nothing moves). The recorder must not die with the dataset half-written: it discards that
+    episode and records the same seed again, so the kept scenes are still --seed, --seed + 1, ..."""
+    import vla.data.recording as recording
+    from robot_io.client import CommandError
+
+    real = recording.record_episode
+    calls = {"n": 0}
+    fail_at = int(np.random.default_rng().integers(1, 12))  # a random tick of the first episode
+
+    def flaky(env, *a, **kw):
+        calls["n"] += 1
+        if calls["n"] == 1:
+            step, ticks = env.step, {"n": 0}
+
+            def late_step(action):
+                ticks["n"] += 1
+                if ticks["n"] == fail_at:
+                    raise CommandError("arm", code, "command arrived 0.3 ms after its deadline; not applied")
+                return step(action)
+
+            env.step = late_step
+            try:
+                return real(env, *a, **kw)
+            finally:
+                env.step = step
+        return real(env, *a, **kw)
+
+    monkeypatch.setattr(recording, "record_episode", flaky)
+    root = tmp_path / "late"
+    assert main(["record", "--robot", "sim-franka-fast", "--task", "pick_red_cube", "--teleop", "scripted",
+                 "--episodes", "2", "--root", str(root)]) == 0
+    out = capsys.readouterr()
+    assert "recording seed 0 again" in out.out + out.err
+    side = [json.loads(line) for line in open(root / "meta" / "vla_episodes.jsonl")]
+    assert [s["seed"] for s in side] == [0, 1] and all(s["success"] for s in side)
+    from lerobot.datasets.lerobot_dataset import LeRobotDataset
+
+    ds = LeRobotDataset("local/late", root=root)
+    assert ds.num_episodes == 2 and ds.num_frames == sum(s["frames"] for s in side)

@@ -137,7 +137,7 @@ def run(args) -> int:
     from robot_io.site import load_site
     from vla.commands._bridge import running_bridge
     from vla.data import EpisodeWriter, make_features
-    from vla.data.recording import record_episode
+    from vla.data.recording import STALL_CODES, record_episode
 
     if args.episodes <= 0:
         raise ValueError("--episodes must be positive")
@@ -224,11 +224,12 @@ def run(args) -> int:
         names = list(client.description.get("objects", []))
         rois = {c: list(site.devices[c].roi) for c in cams if c in site.devices and site.devices[c].roi}
         max_attempts = args.max_attempts or 3 * args.episodes
-        kept = successes = attempts = 0
+        kept = successes = attempts = stalls = 0
         bar = tqdm(total=args.episodes, desc="episodes", unit="ep")
         try:
             while kept < args.episodes and attempts < max_attempts and not stop.flag:
-                seed = args.seed + attempts
+                # a stalled episode (the robot refused a late command) is the same scene again
+                seed = args.seed + attempts - stalls
                 attempts += 1
                 privileged_fn = None
                 if args.teleop == "scripted":  # the scripted expert is an oracle: it reads the simulator's truth
@@ -241,10 +242,13 @@ def run(args) -> int:
                                      end_on_success=args.teleop != "scripted", should_stop=lambda: stop.flag,
                                      dart_sigma=args.dart, driver=driver)
                 outcome, n = res.outcome, res.frames
-                if outcome == "watchdog":
-                    tqdm.write(f"WARNING: attempt {attempts}: the bridge watchdog stopped the robot (this recorder "
-                               "stalled past command_timeout_ms); episode discarded, re-recording")
-                if outcome in ("stop", "rerecord", "interrupted", "watchdog") or n == 0 or (outcome == "failure" and not keep_failures):
+                if outcome in STALL_CODES.values():
+                    stalls += 1
+                    why = ("the bridge watchdog stopped the robot (this recorder stalled past command_timeout_ms)"
+                           if outcome == "watchdog" else
+                           "a command reached the robot after its deadline and was not applied (a loaded machine?)")
+                    tqdm.write(f"WARNING: attempt {attempts}: {why}; episode discarded, recording seed {seed} again")
+                if outcome in ("stop", "rerecord", "interrupted", *STALL_CODES.values()) or n == 0 or (outcome == "failure" and not keep_failures):
                     writer.discard_episode()
                     bar.set_postfix_str(f"attempt {attempts}: {outcome or 'stopped'}, discarded")
                     if outcome == "stop":

@@ -11,10 +11,14 @@ import numpy as np
 
 from robot_io.client import CommandError
 
+# server refusals that break an episode without anything being wrong with the data or the
+# teleoperator: the episode is discarded and its scene recorded again
+STALL_CODES = {"safe_state": "watchdog", "deadline_exceeded": "late"}
+
 
 @dataclasses.dataclass
 class EpisodeResult:
-    outcome: str  # success | failure | rerecord | stop | interrupted | watchdog
+    outcome: str  # success | failure | rerecord | stop | interrupted | watchdog | late
     frames: int
     loop: dict
     """RobotEnv loop statistics for this episode (achieved_hz, late_ms_p50/p99/max, ...)."""
@@ -79,11 +83,13 @@ def record_episode(env, teleop, writer, instruction: str, max_steps: int, seed: 
         try:
             new_obs, _, terminated, _, info = env.step(executed)
         except CommandError as e:
-            if e.code != "safe_state":
+            if e.code not in STALL_CODES:
                 raise
-            # the server's watchdog stopped the robot (this loop stalled past command_timeout_ms):
-            # the episode is broken; the caller discards it and the next reset re-arms the robot
-            outcome = "watchdog"
+            # the server's watchdog stopped the robot (this loop stalled past command_timeout_ms), or
+            # the command reached the server after its deadline and was not applied (a loaded
+            # machine): the episode is broken; the caller discards it and the next reset re-arms
+            # the robot
+            outcome = STALL_CODES[e.code]
             break
         t_cap = min(int(t) for t in obs["t"].values())
         t_first = t_cap if t_first is None else t_first
