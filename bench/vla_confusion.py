@@ -60,6 +60,17 @@ def named_cube(task) -> str:
     raise ValueError(f"task {task.name} names no cube in its skills {task.skills}")
 
 
+def episode_wording(task, i: int, wording: str, instruction: str | None = None) -> str | None:
+    """The instruction episode ``i`` of ``task`` is given: ``instruction`` (None: the task's own),
+    or for ``wording`` "paraphrases" / "held-out" the task's paraphrases / held-out ones in turn."""
+    if wording == "instruction":
+        return instruction
+    words = {"paraphrases": task.paraphrases, "held-out": task.held_out}[wording]
+    if not words:
+        raise ValueError(f"task {task.name} has no {'paraphrases' if wording == 'paraphrases' else 'held-out wording'}")
+    return words[i % len(words)]
+
+
 def classify(ep: dict, target: str) -> str:
     """One episode's outcome (module docstring) from its record."""
     if ep["success"]:
@@ -247,9 +258,10 @@ def main(argv=None) -> int:
     ap.add_argument("--task", action="append", dest="tasks", help="sim task (repeat; default: the checkpoint's tasks)")
     ap.add_argument("--instruction", default=None,
                     help="give every episode this instruction instead of the task's (a paraphrase, a held-out wording)")
-    ap.add_argument("--wording", choices=["instruction", "paraphrases"], default="instruction",
-                    help="each task's instruction (default), or its paraphrases in turn, one per episode (wordings a "
-                         "model trained on the instructions alone has never seen)")
+    ap.add_argument("--wording", choices=["instruction", "paraphrases", "held-out"], default="instruction",
+                    help="each task's instruction (default); its paraphrases in turn, one per episode (wordings a "
+                         "model trained on the instructions alone has never seen); or its held-out paraphrases "
+                         "(the ones `vla train --paraphrases sim` leaves out; `vla record --list-tasks` lists them)")
     ap.add_argument("--episodes", type=int, default=20, help="unseen scenes per task (default 20)")
     ap.add_argument("--seed-start", type=int, default=100_000, help="first scene seed (default 100000, `vla eval`'s)")
     ap.add_argument("--exec-steps", type=int, default=None, help="chunk rows per re-plan (default: temporal ensembling)")
@@ -276,17 +288,13 @@ def main(argv=None) -> int:
         named_cube(get_task(t))
     args.out.mkdir(parents=True, exist_ok=True)
     if args.instruction and args.wording != "instruction":
-        ap.error("--instruction and --wording paraphrases: choose one")
+        ap.error(f"--instruction and --wording {args.wording}: choose one")
 
-    def wording(task: str, i: int) -> str | None:
-        if args.wording == "paraphrases":
-            p = get_task(task).paraphrases
-            if not p:
-                ap.error(f"task {task} has no paraphrases")
-            return p[i % len(p)]
-        return args.instruction
-
-    pairs = [(t, args.seed_start + i, wording(t, i)) for t in tasks for i in range(args.episodes)]
+    try:
+        pairs = [(t, args.seed_start + i, episode_wording(get_task(t), i, args.wording, args.instruction))
+                 for t in tasks for i in range(args.episodes)]
+    except ValueError as e:
+        ap.error(str(e))
     jobs = min(args.jobs, len(pairs))
     t0 = time.perf_counter()
     parts = run_workers(work, pairs, jobs, args.port0, str(args.out / args.name), checkpoint=args.checkpoint,
@@ -310,7 +318,7 @@ def main(argv=None) -> int:
         json.dump(out, f, indent=1, default=lambda o: None if o is None else str(o))
     plot(summary, args.out / f"{args.name}.png",
          f"{os.path.basename(os.path.normpath(args.checkpoint))}: {args.episodes} unseen three-cube scenes per task"
-         + (", the tasks' paraphrases in turn" if args.wording == "paraphrases" else ""))
+         + {"paraphrases": ", the tasks' paraphrases in turn", "held-out": ", the held-out wordings"}.get(args.wording, ""))
     print(f"wrote {args.out / args.name}.json and .png")
     return 0
 

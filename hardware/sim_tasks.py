@@ -184,10 +184,23 @@ class Task(abc.ABC):
     paraphrases: tuple[str, ...] = ()
     max_steps: int = 120
     """Episode length limit in control ticks (10 Hz)."""
+    held_out: tuple[str, ...] = ()
+    """Paraphrases kept out of training (``vla train --paraphrases sim`` leaves them out), so that
+    following an unseen wording can be measured (``bench/vla_confusion.py --wording held-out``)."""
+
+    def __post_init__(self) -> None:
+        if not set(self.held_out) <= set(self.paraphrases):
+            raise ValueError(f"task {self.name}: held_out {sorted(set(self.held_out) - set(self.paraphrases))} "
+                             "are not among its paraphrases")
 
     @property
     def instructions(self) -> tuple[str, ...]:
         return (self.instruction, *self.paraphrases)
+
+    @property
+    def train_wordings(self) -> tuple[str, ...]:
+        """The instruction and the paraphrases that are not held out."""
+        return tuple(w for w in self.instructions if w not in self.held_out)
 
     @property
     @abc.abstractmethod
@@ -210,6 +223,53 @@ class Task(abc.ABC):
 
     def sample_instruction(self, rng: np.random.Generator) -> str:
         return self.instructions[int(rng.integers(len(self.instructions)))]
+
+    @property
+    def segmented(self) -> bool:
+        """Whether the task is made of sub-skills that can each be prompted on their own (it has a
+        place step). A pick-and-lift or a push is one skill: its instruction is the skill's."""
+        return any(s[0] == "place" for s in self.skills)
+
+    def skill_instruction(self, skill: tuple) -> str:
+        """The instruction that prompts one of the task's sub-skills from the state where it starts:
+        ``("pick", "red_cube")`` -> "pick up the red cube" (up to the carry height), a place into
+        the bowl -> "put it in the bowl", a place on a cube -> "put it on the red cube". A task that
+        is not :attr:`segmented` answers its own instruction for every skill."""
+        if not self.segmented:
+            return self.instruction
+        return skill_instruction(skill)
+
+
+def skill_done(skill: tuple, objects: Mapping[str, Pose7], ee_pos, gripper: float) -> bool:
+    """Whether one pick or place sub-skill is done in this state: a pick holds its cube lifted
+    (grasped, centre above 6 cm: the ``lifted_*`` sub-goal); a place has let go of its cube in the
+    bowl or on the named cube, gripper open."""
+    c = objects[skill[1]]
+    if skill[0] == "pick":
+        return bool(grasped(c, ee_pos, gripper) and c[2] > 0.06)
+    if skill[0] == "place":
+        where = skill[2]
+        if where == "bowl" or where[0] == "bowl":
+            there = in_bowl(c, objects["bowl"])
+        elif where[0] == "on":
+            there = stacked(c, objects[where[1]]) and on_table(objects[where[1]])
+        else:
+            raise ValueError(f"unknown place goal {where!r}")
+        return bool(there and not grasped(c, ee_pos, gripper) and gripper > 0.7)
+    raise ValueError(f"no done predicate for the sub-skill {skill!r} (pick and place sub-skills have one)")
+
+
+def skill_instruction(skill: tuple) -> str:
+    """The instruction of one pick or place sub-skill (see :meth:`Task.skill_instruction`)."""
+    if skill[0] == "pick":
+        return f"pick up the {_short(skill[1])} cube"
+    if skill[0] == "place":
+        where = skill[2]
+        if where == "bowl" or where[0] == "bowl":
+            return "put it in the bowl"
+        if where[0] == "on":
+            return f"put it on the {_short(where[1])} cube"
+    raise ValueError(f"no instruction for the sub-skill {skill!r} (pick and place sub-skills have one)")
 
 
 def _pick_subgoals(c: str, objects, ee_pos, gripper) -> dict[str, bool]:
@@ -370,30 +430,35 @@ class AllInBowlTask(Task):
         return sg
 
 
+# Held-out wordings: each is a composition the training wordings teach in parts (the red pick is
+# trained on "lift the red cube off the table" and the blue one on "grab the blue block"; held out
+# are "grab the red block" and "lift the blue cube off the table"), or a new phrase for the same goal.
 TASKS: dict[str, Task] = {t.name: t for t in (
     PickTask("pick_red_cube", "pick up the red cube",
              ("grab the red block", "lift the red cube off the table", "pick the red cube up"),
-             max_steps=100, cube="red_cube", height=0.10),
+             max_steps=100, held_out=("grab the red block",), cube="red_cube", height=0.10),
     PickTask("lift_green_cube", "lift the green cube high",
              ("raise the green block up high", "pick up the green cube and lift it high"),
-             max_steps=100, cube="green_cube", height=0.18),
+             max_steps=100, held_out=("pick up the green cube and lift it high",), cube="green_cube",
+             height=0.18),
     PickTask("pick_blue_cube", "pick up the blue cube",
              ("grab the blue block", "lift the blue cube off the table"),
-             max_steps=100, cube="blue_cube", height=0.10),
+             max_steps=100, held_out=("lift the blue cube off the table",), cube="blue_cube", height=0.10),
     PlaceInBowlTask("place_cube_in_bowl", "put the red cube in the bowl",
                     ("place the red block into the bowl", "drop the red cube in the bowl",
                      "move the red cube into the yellow bowl"),
-                    max_steps=150, cube="red_cube"),
+                    max_steps=150, held_out=("move the red cube into the yellow bowl",), cube="red_cube"),
     PushToMarkerTask("push_block_to_marker", "push the blue cube to the pink marker",
                      ("slide the blue block onto the pink marker", "push the blue cube onto the target"),
-                     max_steps=150, cube="blue_cube"),
+                     max_steps=150, held_out=("push the blue cube onto the target",), cube="blue_cube"),
     StackTask("stack_cubes", "stack the green cube on the red cube",
               ("put the green block on top of the red block", "place the green cube onto the red cube"),
-              max_steps=150, top="green_cube", bottom="red_cube"),
+              max_steps=150, held_out=("place the green cube onto the red cube",), top="green_cube",
+              bottom="red_cube"),
     AllInBowlTask("put_all_cubes_in_bowl", "put all the cubes in the bowl",
                   ("put every cube into the bowl", "clear the cubes off the table into the bowl",
                    "place the red, green and blue cubes in the bowl"),
-                  max_steps=420),
+                  max_steps=420, held_out=("clear the cubes off the table into the bowl",)),
 )}
 
 

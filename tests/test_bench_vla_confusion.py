@@ -60,3 +60,15 @@ def test_confusion_bench_writes_matrices_outcomes_and_the_plot(tmp_path):
     assert t["episodes"] == 1 and sum(t["outcomes"].values()) == 1 and sum(t["grasped_first"].values()) == 1
     assert not out["checkpoint"].startswith("/")
     assert (tmp_path / "res" / "vla_confusion.png").stat().st_size > 5_000
+
+
+def test_wordings_cycle_through_the_paraphrases_or_the_held_out_ones():
+    from vla_confusion import episode_wording
+
+    from hardware.sim_tasks import get_task
+
+    place = get_task("place_cube_in_bowl")
+    assert [episode_wording(place, i, "paraphrases") for i in range(4)] == [*place.paraphrases, place.paraphrases[0]]
+    assert {episode_wording(place, i, "held-out") for i in range(5)} == {"move the red cube into the yellow bowl"}
+    assert episode_wording(place, 3, "instruction") is None  # the task's own
+    assert episode_wording(place, 3, "instruction", "put it there") == "put it there"

@@ -47,10 +47,17 @@ from vla.train_config import MODES, TrainConfig  # noqa: F401 (re-exported)
 class TrainData:
     state: torch.Tensor          # [N, S]
     chunks: torch.Tensor         # [N, H, A]
-    text_idx: torch.Tensor       # [N] -> row of text_emb
+    text_idx: torch.Tensor       # [R] -> row of text_emb (R = N, or more when a frame has two labels)
     text_emb: torch.Tensor       # [T, 384]
     instructions: list[str]
     images: dict[str, torch.Tensor]  # cam -> uint8 [N, s, s, 3]
+    wordings: list[str] = dataclasses.field(default_factory=list)
+    """Rows of text_emb: the instructions first, then their paraphrases."""
+    alt: torch.Tensor | None = None  # [T, K] rows of text_emb that word instruction t (padded)
+    n_alt: torch.Tensor | None = None  # [T] how many of alt[t] are real
+    frame_of: torch.Tensor | None = None
+    """[R] frame of each training row when frames carry two labels (the episode's instruction and
+    their sub-skill's); None: row i is frame i."""
     fmaps: dict[str, torch.Tensor] | None = None  # map name -> float16 [V, N, C, h, w] (view 0 = original)
     episodes: int = 0
 
@@ -64,24 +71,105 @@ def build_data(cfg: TrainConfig, text_encoder) -> tuple[TrainData, dict[str, np.
         raise ValueError(f"the datasets {list(cfg.datasets)} hold no "
                          f"{'successful ' if cfg.success_only else ''}episodes")
     cams = list(cfg.cameras) if cfg.cameras else list(eps[0].images)
-    instructions = sorted({e.instruction for e in eps})
+    frame_of, labels = frame_labels(eps, cfg.labels)
+    instructions = sorted(set(labels))
     state = np.concatenate([e.state for e in eps])
     action = np.concatenate([e.action for e in eps])
     chunks = np.concatenate([action_chunks(e.action, cfg.horizon)[0] for e in eps])
-    text_idx = np.concatenate([np.full(len(e), instructions.index(e.instruction)) for e in eps])
+    text_idx = np.array([instructions.index(t) for t in labels]) if labels else np.zeros(0, int)
     images = {c: torch.from_numpy(np.concatenate([e.images[c] for e in eps])) for c in cams}
     stats = {"state_mean": state.mean(0), "state_std": state.std(0), "action_min": action.min(0),
              "action_max": action.max(0)}
+    wordings, alt = paraphrase_table(instructions, dict(cfg.paraphrases))
     data = TrainData(state=torch.from_numpy(state), chunks=torch.from_numpy(chunks).float(),
-                     text_idx=torch.from_numpy(text_idx).long(), text_emb=text_encoder(instructions),
-                     instructions=instructions, images=images, episodes=len(eps))
+                     text_idx=torch.from_numpy(text_idx).long(), text_emb=text_encoder(wordings),
+                     instructions=instructions, images=images, episodes=len(eps), wordings=wordings,
+                     frame_of=None if frame_of is None else torch.from_numpy(frame_of).long())
+    if len(wordings) > len(instructions):
+        k = max(len(a) for a in alt)
+        data.alt = torch.tensor([a + [a[0]] * (k - len(a)) for a in alt], dtype=torch.long)
+        data.n_alt = torch.tensor([len(a) for a in alt], dtype=torch.long)
     return data, stats, cams
 
 
+def frame_labels(eps, labels: str) -> tuple[np.ndarray | None, list[str]]:
+    """The training rows: ``(frame_of, instruction per row)``. ``episode``: every frame with its
+    episode's instruction; ``frame``: with its own task (the sub-skill it belongs to, for data
+    recorded with ``--label-subskills``); ``both``: each frame with its episode's instruction, and
+    a second time with its sub-skill's where that differs. ``frame_of`` is None when row i is frame i."""
+    rows_frame: list[np.ndarray] = []
+    rows_text: list[str] = []
+    off, two = 0, False
+    for e in eps:
+        n = len(e)
+        own = e.frame_instructions or [e.instruction] * n
+        if labels == "episode":
+            rows_frame.append(off + np.arange(n))
+            rows_text += [e.instruction] * n
+        elif labels == "frame":
+            rows_frame.append(off + np.arange(n))
+            rows_text += own
+        else:
+            rows_frame.append(off + np.arange(n))
+            rows_text += [e.instruction] * n
+            extra = [j for j in range(n) if own[j] != e.instruction]
+            if extra:
+                two = True
+                rows_frame.append(off + np.asarray(extra))
+                rows_text += [own[j] for j in extra]
+        off += n
+    return (np.concatenate(rows_frame) if two else None), rows_text
+
+
+def paraphrase_table(instructions: list[str], paraphrases: dict[str, tuple[str, ...]]
+                     ) -> tuple[list[str], list[list[int]]]:
+    """The wordings to embed (the instructions, then the paraphrases of those in the data) and, per
+    instruction, the rows that word it (itself first). A paraphrase that is another instruction of
+    the data would teach one task's wording for another: refused."""
+    wordings = list(instructions)
+    alt = [[i] for i in range(len(instructions))]
+    for i, ins in enumerate(instructions):
+        for w in paraphrases.get(ins, ()):
+            if w in instructions and w != ins:
+                raise ValueError(f"paraphrase {w!r} of {ins!r} is another instruction of the datasets: "
+                                 "one wording cannot mean two tasks")
+            if w not in wordings:
+                wordings.append(w)
+            if wordings.index(w) not in alt[i]:
+                alt[i].append(wordings.index(w))
+    owners: dict[int, list[str]] = {}
+    for i, rows in enumerate(alt):
+        for r in rows:
+            owners.setdefault(r, []).append(instructions[i])
+    shared = {wordings[r]: who for r, who in owners.items() if len(who) > 1}
+    if shared:
+        raise ValueError(f"paraphrases shared between instructions: {shared}; one wording cannot mean two tasks")
+    return wordings, alt
+
+
+def paraphrases_used(data: TrainData) -> dict[str, list[str]]:
+    """``{instruction: [its paraphrases trained on]}`` for the instructions that have any."""
+    if data.alt is None:
+        return {}
+    return {ins: [data.wordings[r] for r in rows[1:int(k)]] for ins, rows, k in
+            zip(data.instructions, data.alt.tolist(), data.n_alt.tolist()) if k > 1}
+
+
+def sample_text_rows(data: TrainData, idx: torch.Tensor, gen: torch.Generator) -> torch.Tensor:
+    """Rows of text_emb for a batch of frames: each frame's instruction, or with paraphrases one of
+    its wordings uniformly."""
+    ti = data.text_idx[idx]
+    if data.alt is None:
+        return ti
+    r = (torch.rand(len(ti), generator=gen) * data.n_alt[ti]).long().clamp_max(data.alt.shape[1] - 1)
+    return data.alt[ti, r]
+
+
 def frame_sampler(data: TrainData, balance: str, batch_size: int, gen: torch.Generator):
-    """Draws a batch of frame indices: uniformly over the frames (``frames``), or an instruction
-    uniformly and then one of its frames (``tasks``). One instruction: the two are the same draw."""
-    n = len(data.state)
+    """Draws a batch of training rows (frames, each with one instruction): uniformly over the rows
+    (``frames``), or an instruction uniformly and then one of its rows (``tasks``). One instruction:
+    the two are the same draw."""
+    n = len(data.text_idx)
     if balance == "frames" or len(data.instructions) == 1:
         return lambda: torch.randint(0, n, (batch_size,), generator=gen)
     counts = torch.bincount(data.text_idx, minlength=len(data.instructions)).double()
@@ -283,6 +371,9 @@ def train(cfg: TrainConfig, resume: bool = False, progress: bool = True) -> dict
 
     text = TextEncoder()
     data, stats, cams = build_data(cfg, text)
+    if cfg.paraphrases and data.alt is None:
+        raise ValueError(f"--paraphrases: none of its {len(cfg.paraphrases)} instructions is in the datasets, whose "
+                         f"instructions are {data.instructions}")
     mcfg = CompactVLAConfig(cameras=tuple(cams), image_size=cfg.image_size, horizon=cfg.horizon,
                             state_dim=data.state.shape[1], action_dim=data.chunks.shape[2], num_tokens=cfg.num_tokens,
                             neck=cfg.neck, crops=cfg.crops, fine_blocks=cfg.fine_blocks,
@@ -329,9 +420,13 @@ def train(cfg: TrainConfig, resume: bool = False, progress: bool = True) -> dict
     per_instruction = torch.bincount(data.text_idx, minlength=len(data.instructions)).tolist()
     info = {"episodes": data.episodes, "frames": n, "instructions": data.instructions, "cameras": cams,
             "frames_per_instruction": dict(zip(data.instructions, per_instruction)), "balance": cfg.balance,
+            "paraphrases": paraphrases_used(data),
             "parameters": counts}
     with open(os.path.join(run_dir, "data_summary.json"), "w") as f:
         json.dump(info, f, indent=2)
+    if data.alt is not None:
+        print(f"paraphrases: {len(data.wordings) - len(data.instructions)} more wordings for "
+              f"{len(info['paraphrases'])} of the {len(data.instructions)} instructions")
     print(f"{data.episodes} episodes, {n} frames, {len(data.instructions)} instruction(s); mode {cfg.mode}: "
           f"{counts['trainable']:,} of {counts['total']:,} parameters train")
 
@@ -349,7 +444,7 @@ def train(cfg: TrainConfig, resume: bool = False, progress: bool = True) -> dict
         os.replace(csv_path + ".tmp", csv_path)
 
     model.train()
-    extra = {"instructions": data.instructions, "sim_tasks": _sim_tasks(cfg.datasets),
+    extra = {"instructions": data.instructions, "paraphrases": info["paraphrases"], "sim_tasks": _sim_tasks(cfg.datasets),
              "train": {"datasets": [os.path.abspath(d) for d in cfg.datasets], "mode": cfg.mode}}
     t0 = time.perf_counter()
     t_log, samples_since = t0, 0
@@ -359,11 +454,12 @@ def train(cfg: TrainConfig, resume: bool = False, progress: bool = True) -> dict
     stopped_early = False
     try:
         while step < cfg.steps:
-            idx = draw()
+            rows = draw()
+            idx = rows if data.frame_of is None else data.frame_of[rows]
             state = data.state[idx]
             s_std = model.state_std
             state = state + cfg.state_noise * s_std * torch.randn(state.shape, generator=gen)
-            batch: dict[str, Any] = {"state": state, "action": data.chunks[idx], "text": data.text_emb[data.text_idx[idx]]}
+            batch: dict[str, Any] = {"state": state, "action": data.chunks[idx], "text": data.text_emb[sample_text_rows(data, rows, gen)]}
             if data.fmaps is not None:
                 view = torch.randint(0, 1 + cfg.aug_views, (cfg.batch_size,), generator=gen)
                 batch["fmaps"] = {k: f[view, idx].float() for k, f in data.fmaps.items()}

@@ -7,6 +7,7 @@ import json
 
 MODES = ("frozen", "lora", "full")
 BALANCES = ("frames", "tasks")
+LABELS = ("both", "episode", "frame")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -63,6 +64,14 @@ class TrainConfig:
     """Brightness / contrast jitter (+-)."""
     state_noise: float = 0.05
     """Gaussian noise on the standardised state (augmentation)."""
+    labels: str = "both"
+    """Which instruction a frame is trained with when its task differs from its episode's (data
+    recorded with ``vla record --label-subskills``): ``episode`` (the task's: "put the red cube in
+    the bowl"), ``frame`` (the sub-skill's: "pick up the red cube", then "put it in the bowl") or
+    ``both`` (each such frame twice, once with each). Data without sub-skill labels: all the same."""
+    paraphrases: tuple[tuple[str, tuple[str, ...]], ...] = ()
+    """Other wordings of the datasets' instructions, ``(instruction, (wording, ...))``: each training
+    sample is given its instruction or one of its wordings, uniformly (``--paraphrases``)."""
     balance: str = "frames"
     """How a batch draws its frames: ``frames`` (uniformly over every frame of every dataset, so a task with
     longer episodes gets more of each batch) or ``tasks`` (an instruction uniformly, then one of its frames:
@@ -93,10 +102,17 @@ class TrainConfig:
                              f"{self.aug_views}")
         if self.balance not in BALANCES:
             raise ValueError(f"balance must be one of {BALANCES}, got {self.balance!r}")
+        if self.labels not in LABELS:
+            raise ValueError(f"labels must be one of {LABELS}, got {self.labels!r}")
         if self.neck not in ("film", "keypoints"):
             raise ValueError(f"neck must be 'film' or 'keypoints', got {self.neck!r}")
         if not self.datasets:
             raise ValueError("give at least one --dataset")
+        for entry in self.paraphrases:
+            if (len(entry) != 2 or not isinstance(entry[0], str) or not entry[0]
+                    or not all(isinstance(w, str) and w.strip() for w in entry[1])):
+                raise ValueError(f"paraphrases entry {entry!r}: expected (instruction, (wording, ...)) with "
+                                 "non-empty strings")
         for c in self.crops:
             if len(c) != 5 or not 0 <= c[1] < c[3] <= 1 or not 0 <= c[2] < c[4] <= 1:
                 raise ValueError(f"crop {c!r}: expected (camera, x0, y0, x1, y1) with 0 <= x0 < x1 <= 1 and "
@@ -110,4 +126,5 @@ class TrainConfig:
             if d.get(k) is not None:
                 d[k] = tuple(d[k])
         d["crops"] = tuple(tuple(c) for c in d.get("crops", ()))
+        d["paraphrases"] = tuple((k, tuple(v)) for k, v in d.get("paraphrases", ()))
         return cls(**d)

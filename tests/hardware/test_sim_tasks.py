@@ -341,3 +341,42 @@ def test_follow_state_labels_come_from_the_state_not_the_phase_memory():
     ex.follow_state = True
     ex.begin_episode("pick_red_cube", seed=0)
     assert ex.read(None, privileged).action[6] == 0.0
+
+
+def test_held_out_wordings_are_paraphrases_and_never_trained():
+    from hardware.sim_tasks import PickTask
+
+    for t in TASKS.values():
+        assert t.held_out, t.name  # every task keeps a wording back for evaluation
+        assert set(t.held_out) <= set(t.paraphrases)
+        assert t.train_wordings[0] == t.instruction and not set(t.held_out) & set(t.train_wordings)
+        assert set(t.train_wordings) | set(t.held_out) == set(t.instructions)
+    with pytest.raises(ValueError, match="held_out.*not among its paraphrases"):
+        PickTask("x", "pick up x", ("grab x",), held_out=("lift x",))
+
+
+def test_sub_skill_instructions_and_their_done_predicates():
+    from hardware.sim_tasks import skill_done
+
+    assert [n for n, t in TASKS.items() if t.segmented] == ["place_cube_in_bowl", "stack_cubes",
+                                                          "put_all_cubes_in_bowl"]
+    assert [TASKS["place_cube_in_bowl"].skill_instruction(s) for s in TASKS["place_cube_in_bowl"].skills] == [
+        "pick up the red cube", "put it in the bowl"]
+    assert [TASKS["stack_cubes"].skill_instruction(s) for s in TASKS["stack_cubes"].skills] == [
+        "pick up the green cube", "put it on the red cube"]
+    # a one-skill task answers its own instruction
+    assert {TASKS["lift_green_cube"].skill_instruction(s) for s in TASKS["lift_green_cube"].skills} == {
+        "lift the green cube high"}
+    pick, place, on = ("pick", "red_cube"), ("place", "red_cube", "bowl"), ("place", "green_cube", ("on", "red_cube"))
+    held = scene(red_cube=pose(0.45, 0.10, 0.12))
+    ee = np.array([0.45, 0.10, 0.122])
+    assert skill_done(pick, held, ee, 0.55) and not skill_done(pick, held, ee, 1.0)
+    assert not skill_done(pick, scene(), FAR, 0.55)
+    in_bowl = scene(red_cube=pose(0.45, -0.15, 0.0045 + 0.0085 + CUBE_HALF))
+    assert skill_done(place, in_bowl, FAR, 1.0)
+    assert not skill_done(place, in_bowl, in_bowl["red_cube"][:3], 0.55)  # still in the hand
+    assert not skill_done(place, held, FAR, 1.0)
+    stack = scene(green_cube=pose(0.455, 0.105, 3 * CUBE_HALF, 0.3))
+    assert skill_done(on, stack, FAR, 1.0) and not skill_done(on, scene(), FAR, 1.0)
+    with pytest.raises(ValueError, match="sub-skill"):
+        skill_done(("push", "blue_cube", "target"), scene(), FAR, 1.0)

@@ -37,3 +37,27 @@ def tiny_dataset(tmp_path_factory) -> str:
         w.save_episode()
     w.close()
     return str(root)
+
+
+LONG_TASK = "put the red cube in the bowl"
+SUBSKILLS = ("pick up the red cube", "put it in the bowl")
+
+
+@pytest.fixture(scope="session")
+def subskill_dataset(tmp_path_factory) -> str:
+    """What `vla record --label-subskills` writes: 2 episodes x 12 frames whose frames carry their
+    sub-skill (6 of each) and whose episode-log row carries the task's instruction. -> root."""
+    pytest.importorskip("lerobot")
+    from vla.data import EpisodeWriter, make_features
+
+    root = tmp_path_factory.mktemp("data") / "subskills"
+    rng = np.random.default_rng(1)
+    w = EpisodeWriter(str(root), "local/subskills", fps=FPS, features=make_features(CAMERAS, 8, 7), robot_type="test",
+                      episode_log=True)
+    for ep in range(2):
+        for i in range(12):
+            w.add_frame(_frame(ep, i, rng), task=SUBSKILLS[i >= 6])
+        w.save_episode(outcome_row={"instruction": LONG_TASK, "success": True, "frames": 12,
+                                    "segments": [[0, SUBSKILLS[0]], [6, SUBSKILLS[1]]]})
+    w.close()
+    return str(root)

@@ -128,3 +128,34 @@ def test_a_refused_late_command_discards_the_episode_and_records_its_scene_again
 
     ds = LeRobotDataset("local/late", root=root)
     assert ds.num_episodes == 2 and ds.num_frames == sum(s["frames"] for s in side)
+
+
+def test_label_subskills_gives_each_frame_the_experts_sub_skill(tmp_path):
+    """--label-subskills: the frames of a long task carry the sub-skill the expert was in (LeRobot's
+    per-frame task), the episode log keeps the task's instruction and the segments."""
+    from lerobot.datasets.lerobot_dataset import LeRobotDataset
+
+    from vla.data.demos import load_demos
+
+    root = tmp_path / "place"
+    assert main(["record", "--robot", "sim-franka-fast", "--task", "place_cube_in_bowl", "--teleop", "scripted",
+                 "--episodes", "1", "--label-subskills", "--root", str(root)]) == 0
+    (row,) = [json.loads(line) for line in open(root / "meta" / "vla_episodes.jsonl")]
+    assert row["instruction"] == "put the red cube in the bowl" and row["success"]
+    (first, a), (switch, b) = row["segments"]
+    assert (first, a, b) == (0, "pick up the red cube", "put it in the bowl") and 10 < switch < row["frames"] - 5
+    ds = LeRobotDataset("local/place", root=root)
+    tasks = {int(i): t for t, i in zip(ds.meta.tasks.index, ds.meta.tasks["task_index"])}
+    per_frame = [tasks[int(i)] for i in ds.hf_dataset.with_format("numpy")["task_index"]]
+    assert per_frame == [a] * switch + [b] * (row["frames"] - switch)
+    (ep,) = load_demos([str(root)], 32, progress=False)
+    assert ep.instruction == row["instruction"] and ep.frame_instructions == per_frame
+    # the state at the switch: the red cube is up at the carry height, in the closed gripper
+    assert ep.state[switch, 2] > 0.1 and ep.state[switch, 7] < 0.8
+
+
+def test_label_subskills_is_refused_for_a_one_skill_task(tmp_path, capsys):
+    assert main(["record", "--task", "pick_red_cube", "--teleop", "scripted", "--label-subskills",
+                 "--root", str(tmp_path / "x")]) == 2
+    err = capsys.readouterr().err
+    assert "--label-subskills" in err and "place_cube_in_bowl" in err

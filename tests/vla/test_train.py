@@ -165,3 +165,71 @@ def test_the_action_experts_size_is_a_training_setting(tiny_dataset, tmp_path):
     assert len(m.head.films) == 2
     with pytest.raises(ValueError, match="head_depth must be positive"):
         TrainConfig(datasets=("x",), out="y", head_depth=0)
+
+
+def test_sub_skill_labelled_frames_keep_the_episodes_instruction_and_train_with_both(subskill_dataset, tmp_path):
+    """A frame recorded with --label-subskills carries its sub-skill; its episode (the log) the task.
+    ``both`` trains each frame with each of the two; ``episode`` / ``frame`` with one."""
+    from tests.vla.conftest import LONG_TASK, SUBSKILLS
+    from vla.train import frame_labels
+
+    (e0, e1) = load_demos([subskill_dataset], 32, progress=False)
+    assert e0.instruction == LONG_TASK and e0.frame_instructions == [SUBSKILLS[0]] * 6 + [SUBSKILLS[1]] * 6
+    frame_of, labels = frame_labels([e0, e1], "both")
+    assert len(labels) == 48 and labels.count(LONG_TASK) == 24 and labels.count(SUBSKILLS[1]) == 12
+    assert sorted(frame_of.tolist()) == sorted(list(range(24)) * 2)
+    for row, t in enumerate(labels):  # each row's label is its frame's episode instruction or sub-skill
+        f = int(frame_of[row])
+        assert t in (LONG_TASK, SUBSKILLS[(f % 12) >= 6])
+    assert frame_labels([e0, e1], "episode") == (None, [LONG_TASK] * 24)
+    assert frame_labels([e0, e1], "frame")[1] == [SUBSKILLS[0]] * 6 + [SUBSKILLS[1]] * 6 + [SUBSKILLS[0]] * 6 + [SUBSKILLS[1]] * 6
+    out = train(cfg_for(subskill_dataset, tmp_path / "s", steps=2, save_every=2, balance="tasks"), progress=False)
+    assert out["frames"] == 24 and sorted(out["instructions"]) == sorted([LONG_TASK, *SUBSKILLS])
+    assert out["frames_per_instruction"] == {LONG_TASK: 24, SUBSKILLS[0]: 12, SUBSKILLS[1]: 12}
+
+
+def test_paraphrases_are_drawn_uniformly_per_instruction_and_refused_when_ambiguous():
+    from vla.train import TrainData, paraphrase_table, sample_text_rows
+
+    wordings, alt = paraphrase_table(["a", "b"], {"a": ("a1", "a2"), "c": ("c1",)})
+    assert wordings == ["a", "b", "a1", "a2"] and alt == [[0, 2, 3], [1]]  # "c" is not in the data: unused
+    data = TrainData(state=torch.zeros(4, 2), chunks=torch.zeros(4, 2, 2), text_idx=torch.tensor([0, 0, 1, 1]),
+                     text_emb=torch.zeros(4, 384), instructions=["a", "b"], images={}, wordings=wordings,
+                     alt=torch.tensor([[0, 2, 3], [1, 1, 1]]), n_alt=torch.tensor([3, 1]))
+    gen = torch.Generator().manual_seed(0)
+    rows = torch.cat([sample_text_rows(data, torch.tensor([0, 2]), gen) for _ in range(3000)]).view(-1, 2)
+    assert set(rows[:, 1].tolist()) == {1}  # "b" has no paraphrase
+    share = torch.bincount(rows[:, 0], minlength=4)[[0, 2, 3]].double() / len(rows)
+    assert torch.allclose(share, torch.full((3,), 1 / 3, dtype=torch.double), atol=0.03), share
+    with pytest.raises(ValueError, match="another instruction"):
+        paraphrase_table(["a", "b"], {"a": ("b",)})
+    with pytest.raises(ValueError, match="shared between instructions"):
+        paraphrase_table(["a", "b"], {"a": ("x",), "b": ("x",)})
+
+
+def test_paraphrases_sim_leaves_the_held_out_wordings_out_and_a_bad_file_is_named(tmp_path, tiny_dataset):
+    from hardware.sim_tasks import TASKS
+    from vla.commands.train import resolve_paraphrases
+
+    sim = dict(resolve_paraphrases("sim"))
+    for t in TASKS.values():
+        assert not set(t.held_out) & set(sim.get(t.instruction, ()))
+    assert sim["pick up the red cube"] == ("lift the red cube off the table", "pick the red cube up")
+    bad = tmp_path / "p.json"
+    bad.write_text(json.dumps({"pick up the red cube": "grab it"}))
+    with pytest.raises(ValueError, match="'pick up the red cube' must be a list"):
+        resolve_paraphrases(str(bad))
+    bad.write_text("{not json")
+    with pytest.raises(ValueError, match="not JSON"):
+        resolve_paraphrases(str(bad))
+    with pytest.raises(FileNotFoundError, match="no such file"):
+        resolve_paraphrases(str(tmp_path / "missing.json"))
+    # paraphrases of instructions the data does not have: a clear error, not a silent no-op
+    with pytest.raises(ValueError, match="none of its 1 instructions is in the datasets"):
+        train(cfg_for(tiny_dataset, tmp_path / "p", steps=1, paraphrases=(("fold the towel", ("fold it",)),)),
+              progress=False)
+    out = train(cfg_for(tiny_dataset, tmp_path / "q", steps=2, save_every=2,
+                        paraphrases=(("pick up the red cube", ("grab the red block",)),)), progress=False)
+    assert out["paraphrases"] == {"pick up the red cube": ["grab the red block"]}
+    with open(tmp_path / "q/model/config.json") as f:
+        assert json.load(f)["paraphrases"] == {"pick up the red cube": ["grab the red block"]}

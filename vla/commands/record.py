@@ -84,6 +84,11 @@ z re-record, Esc stop. Recording into an existing dataset appends to it.
                    help="--dagger: rows of each chunk the policy executes before it re-plans (default 4)")
     p.add_argument("--dagger-beta", type=float, default=0.0, metavar="B",
                    help="--dagger: share of chunks the expert drives instead of the policy (default 0)")
+    p.add_argument("--label-subskills", action="store_true",
+                   help="--teleop scripted on a task made of sub-skills (place_cube_in_bowl, stack_cubes, "
+                   "put_all_cubes_in_bowl): each frame's task is the sub-skill the expert is carrying out "
+                   "(\"pick up the red cube\", \"put it in the bowl\"); the episode keeps the task's instruction "
+                   "in meta/vla_episodes.jsonl with the segments. `vla train` learns both labels")
     p.add_argument("--keep-failures", action="store_true", help="save failed episodes too (default: re-record them)")
     p.add_argument("--max-attempts", type=int, default=None, help="give up after this many attempts (default 3x episodes)")
     p.add_argument("--no-video", action="store_true", help="store PNG images instead of encoded video")
@@ -97,6 +102,10 @@ def _list_tasks() -> int:
 
     for name, t in TASKS.items():
         print(f"  {name:<26} {t.instruction!r}  (max {t.max_steps} steps)")
+        if t.paraphrases:
+            print(f"  {'':<26}   paraphrases: " + "; ".join(repr(w) + (" (held out)" if w in t.held_out else "")
+                                                         for w in t.paraphrases))
+    print("\nheld out: wordings `vla train --paraphrases sim` leaves out, for measuring unseen wordings")
     return 0
 
 
@@ -171,6 +180,12 @@ def run(args) -> int:
             raise ValueError(f"--mistake-kind {unknown[0]!r} is not one of {list(MISTAKE_KINDS)}")
     if args.teleop == "scripted" and task is None:
         raise ValueError("--teleop scripted needs --task: the scripted expert is written per sim task")
+    if args.label_subskills and (args.teleop != "scripted" or not task.segmented):
+        from hardware.sim_tasks import TASKS
+
+        raise ValueError("--label-subskills needs --teleop scripted (the expert knows which sub-skill it is in) on a "
+                         "task made of sub-skills: " + ", ".join(n for n, t in TASKS.items() if t.segmented)
+                         + f"; got --teleop {args.teleop} --task {args.task}")
     max_steps = args.max_steps or (task.max_steps if task else 300)
     site = load_site(args.robot)
     os.makedirs(os.path.dirname(os.path.abspath(args.root)) or ".", exist_ok=True)
@@ -240,7 +255,9 @@ def run(args) -> int:
                 res = record_episode(env, teleop, writer, instruction, max_steps, seed=seed,
                                      task=task.name if task else None, privileged_fn=privileged_fn,
                                      end_on_success=args.teleop != "scripted", should_stop=lambda: stop.flag,
-                                     dart_sigma=args.dart, driver=driver)
+                                     dart_sigma=args.dart, driver=driver,
+                                     frame_task=((lambda: task.skill_instruction(teleop.last_info["skill"]))
+                                                 if args.label_subskills else None))
                 outcome, n = res.outcome, res.frames
                 if outcome in STALL_CODES.values():
                     stalls += 1
@@ -259,6 +276,7 @@ def run(args) -> int:
                 idx = writer.save_episode(outcome_row={
                     "task": task.name if task else None, "seed": seed, "instruction": instruction,
                     "success": outcome == "success", "frames": n, "teleop": args.teleop,
+                    "segments": res.segments if args.label_subskills else None,
                     **expert_row,
                     "dart_sigma": args.dart if args.dart > 0 else None,
                     "dagger": ({"checkpoint": os.path.abspath(args.dagger), "exec_steps": args.dagger_exec_steps,

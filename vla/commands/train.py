@@ -78,6 +78,15 @@ but the sentence encoder trains. The fusion and the action expert always train.
                         "keeps every object where it is; 4 for a camera that moves between sessions)")
     p.add_argument("--jitter", type=float, default=d["jitter"],
                    help=f"brightness / contrast jitter, +- (default {d['jitter']})")
+    p.add_argument("--labels", choices=["both", "episode", "frame"], default=d["labels"],
+                   help="data recorded with `vla record --label-subskills`: train each frame with its episode's "
+                        "instruction, its sub-skill's, or both (default both: one model for the tasks and "
+                        "their sub-skills)")
+    p.add_argument("--paraphrases", metavar="sim|FILE", default=None,
+                   help="train on other wordings of the instructions too: each sample gets its instruction or one "
+                        "of its wordings, uniformly. 'sim': the sim tasks' paraphrases except the held-out ones "
+                        "(vla record --list-tasks; bench/vla_confusion.py --wording held-out measures those); "
+                        "FILE: a JSON object {\"instruction\": [\"wording\", ...]}")
     p.add_argument("--balance", choices=["frames", "tasks"], default=d["balance"],
                    help=f"how batches draw frames from several datasets (default {d['balance']}): frames = uniformly over "
                         "all frames (a task with longer episodes gets more of each batch), tasks = an equal share per "
@@ -118,6 +127,33 @@ def _init_settings(path: str) -> dict:
             "neck": c.get("neck", "keypoints"), "num_tokens": c["num_tokens"],
             "head_hidden": c.get("hidden", 256), "head_depth": c.get("depth", 3),
             "head_film": c.get("head_film", False)}
+
+
+def resolve_paraphrases(src: str | None) -> tuple[tuple[str, tuple[str, ...]], ...]:
+    """``--paraphrases``: 'sim' (every sim task's training wordings, held-out ones left out) or a
+    JSON file ``{instruction: [wording, ...]}``; () when not given."""
+    if not src:
+        return ()
+    if src == "sim":
+        from hardware.sim_tasks import TASKS
+
+        return tuple((t.instruction, t.train_wordings[1:]) for t in TASKS.values() if len(t.train_wordings) > 1)
+    if not os.path.isfile(src):
+        raise FileNotFoundError(f"--paraphrases {src!r}: not 'sim' and no such file")
+    with open(src) as f:
+        try:
+            d = json.load(f)
+        except json.JSONDecodeError as e:
+            raise ValueError(f"--paraphrases {src}: not JSON ({e})") from None
+    if not isinstance(d, dict):
+        raise ValueError(f"--paraphrases {src}: expected an object {{instruction: [wording, ...]}}, got "
+                         f"{type(d).__name__}")
+    out = []
+    for k, v in d.items():
+        if not isinstance(v, list) or not all(isinstance(w, str) and w.strip() for w in v):
+            raise ValueError(f"--paraphrases {src}: the value of {k!r} must be a list of non-empty strings, got {v!r}")
+        out.append((k, tuple(v)))
+    return tuple(out)
 
 
 def recorded_crops(datasets) -> tuple[tuple[str, float, float, float, float], ...]:
@@ -176,7 +212,8 @@ def run(args) -> int:
                           head_film=args.head_film,
                           num_tokens=args.num_tokens,
                           neck=args.neck, aug_views=args.aug_views, shift_pad=args.shift_pad, jitter=args.jitter,
-                          balance=args.balance,
+                          balance=args.balance, paraphrases=resolve_paraphrases(args.paraphrases),
+                          labels=args.labels,
                           lora_rank=args.lora_rank,
                           lora_targets=tuple(args.lora_targets) if args.lora_targets else None,
                           save_every=args.save_every, max_minutes=args.max_minutes, seed=args.seed,

@@ -30,6 +30,9 @@ class DemoEpisode:
     """float32 [T, A]"""
     images: dict[str, np.ndarray]
     """camera -> uint8 [T, size, size, 3]"""
+    frame_instructions: list[str] | None = None
+    """Each frame's own task when the frames carry more than the episode's instruction (sub-skill
+    labels, ``vla record --label-subskills``); None when every frame has the episode's."""
 
     def __len__(self) -> int:
         return len(self.state)
@@ -101,6 +104,12 @@ def load_demos(roots: list[str], image_size: int | None, cameras: list[str] | No
             raise ValueError(f"dataset {root}: observation.state / action have sizes {here}, "
                              f"the other datasets {dims}")
         tasks = {int(i): t for t, i in zip(ds.meta.tasks.index, ds.meta.tasks["task_index"])}
+        from vla.data.episode_log import read_episode_log
+
+        try:
+            side = read_episode_log(root)
+        except FileNotFoundError:  # not recorded by vla record: the frames' tasks are all there is
+            side = {}
         keep = None
         if success_only:
             from vla.data.episode_log import EPISODE_LOG_PATH, read_outcomes
@@ -147,9 +156,14 @@ def load_demos(roots: list[str], image_size: int | None, cameras: list[str] | No
                 if image_size:
                     frames = resize_uint8(frames, image_size)
                 images[cam] = frames.numpy()
-            episodes.append(DemoEpisode(dataset=root, episode_index=int(ep),
-                                        instruction=tasks[int(task_all[rows[0]])],
-                                        state=state_all[rows], action=action_all[rows], images=images))
+            frame_tasks = [tasks[int(i)] for i in task_all[rows]]
+            # the episode's instruction: what vla record logged for it (a sub-skill-labelled episode's
+            # frames carry the sub-skills), else its first frame's task
+            instruction = (side.get(int(ep)) or {}).get("instruction") or frame_tasks[0]
+            episodes.append(DemoEpisode(dataset=root, episode_index=int(ep), instruction=instruction,
+                                        state=state_all[rows], action=action_all[rows], images=images,
+                                        frame_instructions=(frame_tasks if set(frame_tasks) != {instruction}
+                                                            else None)))
     return episodes
 
 

@@ -24,13 +24,15 @@ class EpisodeResult:
     """RobotEnv loop statistics for this episode (achieved_hz, late_ms_p50/p99/max, ...)."""
     step_ms: np.ndarray
     """Wall time of each recorded tick (teleop read + env step + add_frame), ms."""
+    segments: list = dataclasses.field(default_factory=list)
+    """``[first frame, task]`` each time the frames' task changed (one entry: the episode's)."""
 
 
 def record_episode(env, teleop, writer, instruction: str, max_steps: int, seed: int | None = None,
                    task: str | None = None, privileged_fn: Callable[[], dict] | None = None,
                    end_on_success: bool = True, should_stop: Callable[[], bool] = lambda: False,
-                   dart_sigma: float = 0.0, driver: Callable[[dict], np.ndarray | None] | None = None
-                   ) -> EpisodeResult:
+                   dart_sigma: float = 0.0, driver: Callable[[dict], np.ndarray | None] | None = None,
+                   frame_task: Callable[[], str] | None = None) -> EpisodeResult:
     """Record one episode into ``writer``'s buffer (the caller saves or discards it).
 
     Frame k holds the observation the operator saw at tick k, the action the server applied on
@@ -48,6 +50,10 @@ def record_episode(env, teleop, writer, instruction: str, max_steps: int, seed: 
     being trained); the frame stores the expert's action for the state the policy led to, and its
     intervention flag is False. A None from the driver lets the expert act on that tick (DAgger's
     beta mixing). The policy's own mistakes become labelled recovery data.
+
+    ``frame_task``: called after each teleop read, the task string of that frame (LeRobot v3 keeps
+    one per frame): the sub-skill the scripted expert is carrying out (``vla record
+    --label-subskills``). Default: ``instruction`` for every frame.
     """
     if dart_sigma < 0:
         raise ValueError(f"dart_sigma must be >= 0 (m per tick), got {dart_sigma}")
@@ -57,6 +63,7 @@ def record_episode(env, teleop, writer, instruction: str, max_steps: int, seed: 
     t_first = None
     outcome, n = None, 0
     step_ms = []
+    segments: list = []
     while outcome is None:
         if should_stop():
             outcome = "interrupted"
@@ -101,7 +108,10 @@ def record_episode(env, teleop, writer, instruction: str, max_steps: int, seed: 
                            else info["applied"][0].astype(np.float32))
         frame["intervention"] = np.array([cmd.intervening and not driven], bool)
         frame["observation.capture_time"] = np.array([(t_cap - t_first) / 1e9], np.float64)
-        writer.add_frame(frame, task=instruction)
+        label = frame_task() if frame_task is not None else instruction
+        if not segments or segments[-1][1] != label:
+            segments.append([n, label])
+        writer.add_frame(frame, task=label)
         n += 1
         obs = new_obs
         step_ms.append((time.perf_counter() - t0) * 1e3)
@@ -109,4 +119,4 @@ def record_episode(env, teleop, writer, instruction: str, max_steps: int, seed: 
             outcome = "success"  # the environment's success detector fired
         elif n >= max_steps:
             outcome = "failure"
-    return EpisodeResult(outcome, n, env.loop_stats(), np.asarray(step_ms))
+    return EpisodeResult(outcome, n, env.loop_stats(), np.asarray(step_ms), segments)

@@ -1,0 +1,238 @@
+#!/usr/bin/env python
+"""Each sub-skill instruction of the long tasks, prompted from the state where that sub-skill starts.
+
+A task made of sub-skills (``place_cube_in_bowl``: pick up the red cube, then put it in the bowl;
+``stack_cubes``: pick up the green cube, then put it on the red cube) is the vocabulary a prompt
+policy (SARL) composes: each sub-skill must work when prompted on its own, from the states where it
+begins. For every sub-skill k of each task and every unseen scene (seeds 100000 ...):
+
+1. the scripted expert (a PRIVILEGED ORACLE: it reads the simulator's object poses) carries out
+   sub-skills 0 .. k-1 from the scene's start, so the robot stands where sub-skill k starts (for
+   k = 0, the scene's start; for "put it in the bowl", the red cube held at the carry height);
+2. the VLA takes over with sub-skill k's instruction (``Task.skill_instruction``) and drives for
+   ``--budget`` ticks, as `vla eval` runs it (temporal ensembling by default, seeded noise);
+3. success: the sub-skill's done predicate (``hardware.sim_tasks.skill_done``: a pick holds its cube
+   above 6 cm; a place has let go of it in the bowl / on the cube), read from the simulator by this
+   bench only, at any tick.
+
+Writes ``bench/results/<name>.json`` (per sub-skill: successes, 95% interval, the hand-over tick,
+every episode) and ``.png`` (success per sub-skill instruction with its interval).
+
+    .venv/bin/python bench/vla_subskills.py --checkpoint vla/checkpoints/base --episodes 20 --jobs 2
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as _dt
+import json
+import os
+import pathlib
+import sys
+import time
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+sys.path.append(str(ROOT / "bench"))  # after the repo: bench/vla.py must not hide the vla package
+
+import numpy as np  # noqa: E402
+
+DEFAULT_TASKS = ("place_cube_in_bowl", "stack_cubes")
+
+
+def subskills(tasks) -> list[tuple[str, int, str]]:
+    """``(task, k, instruction)`` for every sub-skill of the given segmented tasks."""
+    from hardware.sim_tasks import get_task
+
+    out = []
+    for name in tasks:
+        t = get_task(name)
+        if not t.segmented:
+            raise ValueError(f"task {name} is one skill (its own instruction prompts it): give a task made of "
+                             "sub-skills, e.g. " + ", ".join(DEFAULT_TASKS))
+        out += [(name, k, t.skill_instruction(s)) for k, s in enumerate(t.skills)]
+    return out
+
+
+def _state(client, names):
+    from hardware.sim_tasks import objects_from_state
+
+    arrays = {k: np.asarray(v) for k, v in client.last_state.arrays.items()}
+    return objects_from_state(arrays, names), arrays
+
+
+def rollout(env, client, expert, policy, task, k: int, seed: int, names: list[str], budget: int) -> dict:
+    """One episode: the expert to sub-skill k's start, then ``policy`` with its instruction."""
+    from hardware.sim_tasks import grasped, skill_done
+
+    obs, _ = env.reset(seed=seed)
+    expert.begin_episode(task.name, seed, task.instruction)
+    handover = 0
+    while expert.k < k:  # the oracle carries out the sub-skills before k
+        if expert.finished or handover >= task.max_steps:
+            return {"seed": seed, "reached": False, "handover_tick": handover, "success": False, "ticks": 0}
+        _, arrays = _state(client, names)
+        cmd = expert.read(obs, {**arrays, "object_names": names})
+        obs, *_ = env.step(np.asarray(cmd.action, np.float32))
+        handover += 1
+    skill = expert.plan[k]
+    if hasattr(policy, "reset"):
+        policy.reset(seed)
+    ticks, success, first_grasped = 0, False, None
+    while ticks < budget and not success:
+        for row in policy(obs):
+            obs, *_ = env.step(row)
+            ticks += 1
+            objs, _ = _state(client, names)
+            ee, grip = np.asarray(obs["state"][:3], float), float(obs["state"][7])  # [ee_pos, quat, gripper]
+            if first_grasped is None:
+                first_grasped = next((c for c in ("red_cube", "green_cube", "blue_cube")
+                                      if grasped(objs[c], ee, grip)), None)
+            success = skill_done(skill, objs, ee, grip)
+            if success or ticks >= budget:
+                break
+    return {"seed": seed, "reached": True, "handover_tick": handover, "success": bool(success), "ticks": ticks,
+            "first_grasped": first_grasped}
+
+
+def work(job: dict) -> list[dict]:
+    """One worker: its own sim bridge, the VLA, the oracle expert, its share of (task, k, seed)."""
+    import torch
+
+    from hardware.sim_tasks import get_task
+    from hardware.teleop.scripted import ScriptedExpert
+    from robot_io.robot import RobotClient
+    from robot_io.site import load_site
+    from vla.commands._bridge import running_bridge
+    from vla.envs import TemporalEnsemble, VLAPolicy, task_env
+    from vla.models import load_vla
+    from vla.train import resolve_checkpoint
+
+    torch.set_num_threads(1)
+    model = load_vla(resolve_checkpoint(job["checkpoint"])).eval()
+    policy = VLAPolicy(model, job["exec_steps"]) if job["exec_steps"] else TemporalEnsemble(VLAPolicy(model))
+    expert = ScriptedExpert(quality=1.0, seed=0)
+    site = load_site(job["robot"])
+    out = []
+    with running_bridge(site, job["log"]):
+        client = RobotClient(site)
+        try:
+            names = list(client.description.get("objects", []))
+            envs: dict = {}
+            for i, (task, k, instruction, seed) in enumerate(job["pairs"]):
+                env = envs.setdefault((task, instruction), task_env(client, task, instruction=instruction))
+                ep = rollout(env, client, expert, policy, get_task(task), k, seed, names, job["budget"])
+                ep.update(task=task, k=k, instruction=instruction)
+                out.append(ep)
+                print(f"[worker {job['index']}] {i + 1}/{len(job['pairs'])} {instruction!r} {seed}: "
+                      f"{'success' if ep['success'] else 'failure' if ep['reached'] else 'expert did not get there'}",
+                      flush=True)
+        finally:
+            client.close()
+    os.remove(job["log"])
+    return out
+
+
+def summarize(episodes: list[dict], skills: list[tuple[str, int, str]]) -> list[dict]:
+    from vla.evaluate import wilson_interval
+
+    rows = []
+    for task, k, instruction in skills:
+        eps = [e for e in episodes if e["task"] == task and e["k"] == k]
+        reached = [e for e in eps if e["reached"]]
+        ok = sum(e["success"] for e in reached)
+        rows.append({"task": task, "k": k, "instruction": instruction, "episodes": len(eps),
+                     "reached": len(reached), "successes": ok,
+                     "success_rate": ok / len(reached) if reached else None,
+                     "success_ci95": list(wilson_interval(ok, len(reached))) if reached else None,
+                     "handover_tick_median": float(np.median([e["handover_tick"] for e in reached])) if reached else None,
+                     "ticks_to_success_median": (float(np.median([e["ticks"] for e in reached if e["success"]]))
+                                                 if ok else None)})
+    return rows
+
+
+def plot(rows: list[dict], path: pathlib.Path, title: str, target: float) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7, 0.55 * len(rows) + 1.6))
+    y = np.arange(len(rows))
+    rate = np.array([r["success_rate"] or 0.0 for r in rows])
+    lo = np.array([r["success_ci95"][0] if r["success_ci95"] else 0.0 for r in rows])
+    hi = np.array([r["success_ci95"][1] if r["success_ci95"] else 0.0 for r in rows])
+    ax.barh(y, rate, color="tab:blue", xerr=[rate - lo, hi - rate], capsize=3)
+    for i, r in enumerate(rows):
+        ax.text(0.01, i, f"{r['successes']}/{r['reached']}", va="center", color="white", fontsize=8)
+    ax.axvline(target, color="tab:red", ls="--", lw=1, label=f"target {target:.0%}")
+    ax.set_yticks(y, [f"{r['instruction']!r}\n({r['task']}, sub-skill {r['k']})" for r in rows], fontsize=7)
+    ax.invert_yaxis()
+    ax.set_xlim(0, 1)
+    ax.set_xlabel("success from the state where the sub-skill starts (95% interval)")
+    ax.legend(fontsize=7, loc="lower right")
+    ax.set_title(title, fontsize=9)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    from PIL import Image  # a 64-colour palette PNG: the same plot in a third of the bytes
+
+    Image.open(path).convert("RGB").quantize(colors=64, method=Image.Quantize.MEDIANCUT).save(path, optimize=True)
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                 formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__.split("\n\n", 1)[1])
+    ap.add_argument("--checkpoint", required=True, help="a `vla train` run or checkpoint")
+    ap.add_argument("--task", action="append", dest="tasks",
+                    help=f"a sim task made of sub-skills (repeat; default {', '.join(DEFAULT_TASKS)})")
+    ap.add_argument("--episodes", type=int, default=20, help="unseen scenes per sub-skill (default 20)")
+    ap.add_argument("--budget", type=int, default=100, help="ticks the VLA gets for one sub-skill (default 100, "
+                    "the pick tasks' limit)")
+    ap.add_argument("--seed-start", type=int, default=100_000, help="first scene seed (default 100000, `vla eval`'s)")
+    ap.add_argument("--exec-steps", type=int, default=None, help="chunk rows per re-plan (default: temporal ensembling)")
+    ap.add_argument("--jobs", type=int, default=2, help="worker processes, one sim bridge each")
+    ap.add_argument("--port0", type=int, default=6500, help="worker j's bridge uses ports port0 + 20 j ...")
+    ap.add_argument("--target", type=float, default=0.8, help="the line drawn on the plot (issue 28: 0.8)")
+    ap.add_argument("--out", type=pathlib.Path, default=ROOT / "bench" / "results")
+    ap.add_argument("--name", default="vla_subskills", help="result file names: OUT/NAME.json and .png")
+    args = ap.parse_args(argv)
+    if args.episodes < 1 or args.jobs < 1 or args.budget < 1:
+        ap.error("--episodes, --jobs and --budget must be >= 1")
+    os.environ.setdefault("MUJOCO_GL", "egl")
+    from vla_steerability import portable_path, run_workers
+
+    try:
+        skills = subskills(args.tasks or DEFAULT_TASKS)
+    except (KeyError, ValueError) as e:
+        ap.error(str(e).strip('"'))
+    args.out.mkdir(parents=True, exist_ok=True)
+    pairs = [(t, k, ins, args.seed_start + i) for t, k, ins in skills for i in range(args.episodes)]
+    jobs = min(args.jobs, len(pairs))
+    t0 = time.perf_counter()
+    parts = run_workers(work, pairs, jobs, args.port0, str(args.out / args.name), checkpoint=args.checkpoint,
+                        exec_steps=args.exec_steps, budget=args.budget)
+    episodes = sorted((e for p in parts for e in p), key=lambda e: (e["task"], e["k"], e["seed"]))
+    rows = summarize(episodes, skills)
+    for r in rows:
+        rate = "n/a" if r["success_rate"] is None else f"{r['success_rate']:.0%}"
+        print(f"{r['task']:<20} {r['k']} {r['instruction']!r:<28} {r['successes']:>2}/{r['reached']} ({rate})"
+              + (f"; the expert did not reach it in {r['episodes'] - r['reached']}" if r["reached"] < r["episodes"] else ""))
+    out = {"bench": "vla_subskills", "date": _dt.datetime.now().isoformat(timespec="seconds"),
+           "checkpoint": portable_path(args.checkpoint), "episodes_per_subskill": args.episodes,
+           "budget_ticks": args.budget, "seed_start": args.seed_start, "exec_steps": args.exec_steps,
+           "execution": f"chunks of {args.exec_steps}" if args.exec_steps else "temporal ensembling (m = 0.01)",
+           "handover": "the scripted expert (privileged oracle) carries out the sub-skills before k",
+           "jobs": jobs, "wall_s": time.perf_counter() - t0, "subskills": rows, "episodes": episodes}
+    with open(args.out / f"{args.name}.json", "w") as f:
+        json.dump(out, f, indent=1)
+    plot(rows, args.out / f"{args.name}.png",
+         f"{os.path.basename(os.path.normpath(args.checkpoint))}: each sub-skill from where it starts, "
+         f"{args.episodes} unseen scenes", args.target)
+    print(f"wrote {args.out / args.name}.json and .png")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,44 @@
+"""bench/vla_subskills.py: each sub-skill instruction prompted from the state where it starts."""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.net import free_ports
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.append(str(ROOT / "bench"))
+
+
+def test_the_sub_skills_of_the_long_tasks():
+    from vla_subskills import subskills
+
+    assert subskills(["place_cube_in_bowl", "stack_cubes"]) == [
+        ("place_cube_in_bowl", 0, "pick up the red cube"), ("place_cube_in_bowl", 1, "put it in the bowl"),
+        ("stack_cubes", 0, "pick up the green cube"), ("stack_cubes", 1, "put it on the red cube")]
+    with pytest.raises(ValueError, match="one skill"):
+        subskills(["pick_red_cube"])
+
+
+def test_subskill_bench_hands_over_where_each_sub_skill_starts(tmp_path):
+    from tests.conftest import save_tiny_vla
+
+    save_tiny_vla(str(tmp_path / "ckpt"))
+    port = free_ports(1)[0]
+    r = subprocess.run([sys.executable, str(ROOT / "bench" / "vla_subskills.py"), "--checkpoint", str(tmp_path / "ckpt"),
+                        "--task", "place_cube_in_bowl", "--episodes", "1", "--budget", "8", "--jobs", "1",
+                        "--exec-steps", "8", "--port0", str(port), "--out", str(tmp_path / "res")],
+                       cwd=ROOT, capture_output=True, text=True, timeout=280)
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
+    out = json.loads((tmp_path / "res" / "vla_subskills.json").read_text())
+    pick, place = out["episodes"]
+    assert (pick["k"], pick["handover_tick"], place["k"]) == (0, 0, 1)
+    # the oracle carried the red cube up before the VLA took over with "put it in the bowl"
+    assert place["reached"] and 10 < place["handover_tick"] < 150 and place["instruction"] == "put it in the bowl"
+    assert all(e["seed"] == 100_000 and e["ticks"] == 8 or e["success"] for e in out["episodes"])
+    assert [row["instruction"] for row in out["subskills"]] == ["pick up the red cube", "put it in the bowl"]
+    assert not out["checkpoint"].startswith("/")
+    assert (tmp_path / "res" / "vla_subskills.png").stat().st_size > 5_000
