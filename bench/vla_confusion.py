@@ -20,7 +20,7 @@ Each episode gets one outcome:
 * ``wrong object``: the first cube grasped (or, with no grasp, moved) is not the one the
   instruction names (the task's first skill's cube);
 * ``right object, grasp missed``: it closed nearest the named cube but never grasped any cube;
-* ``right object, skill not completed``: it grasped the named cube but the task's predicate never
+* ``right object, skill not completed``: it grasped the named cube (a push: moved it) but the task's predicate never
   held (``achieved`` tells whether it did another task instead: the wrong skill);
 * ``nothing``: it never closed on or moved any cube.
 
@@ -71,14 +71,15 @@ def episode_wording(task, i: int, wording: str, instruction: str | None = None) 
     return words[i % len(words)]
 
 
-def classify(ep: dict, target: str) -> str:
-    """One episode's outcome (module docstring) from its record."""
+def classify(ep: dict, target: str, grasps: bool = True) -> str:
+    """One episode's outcome (module docstring) from its record. ``grasps`` False: a task that moves
+    its cube without grasping it (a push), where moving the named cube is the right skill begun."""
     if ep["success"]:
         return "success"
     acted = ep["first_grasped"] or ep["first_moved"]
     if acted is not None and acted != target:
         return "wrong object"
-    if ep["first_grasped"] == target:
+    if ep["first_grasped"] == target or (not grasps and ep["first_moved"] == target):
         return "right object, skill not completed"
     if ep["close_nearest"] == target or acted == target:
         return "right object, grasp missed"
@@ -157,7 +158,7 @@ def work(job: dict) -> list[dict]:
                 ep = rollout(env, client, policy, seed, names)
                 t = get_task(task)
                 ep.update(task=task, instruction=instruction or t.instruction, named=named_cube(t))
-                ep["outcome"] = classify(ep, ep["named"])
+                ep["outcome"] = classify(ep, ep["named"], grasps=t.skills[0][0] != "push")
                 out.append(ep)
                 print(f"[worker {job['index']}] {i + 1}/{len(job['pairs'])} {task} {seed}: {ep['outcome']}"
                       f" (grasped {ep['first_grasped']})", flush=True)
@@ -251,10 +252,36 @@ def plot(summary: dict, path: pathlib.Path, title: str) -> None:
     Image.open(path).convert("RGB").quantize(colors=64, method=Image.Quantize.MEDIANCUT).save(path, optimize=True)
 
 
+def plot_title(out: dict) -> str:
+    return (f"{os.path.basename(os.path.normpath(out['checkpoint']))}: {out['episodes_per_task']} unseen three-cube "
+            "scenes per task" + {"paraphrases": ", the tasks' paraphrases in turn",
+                                 "held-out": ", the held-out wordings"}.get(out.get("wording"), ""))
+
+
+def reclassify(path: pathlib.Path) -> int:
+    """``--from-json``: the episodes of a result file classified again, the summary and plot redrawn."""
+    from hardware.sim_tasks import get_task
+
+    out = json.loads(path.read_text())
+    tasks = list(out["tasks"])
+    for ep in out["episodes"]:
+        ep["outcome"] = classify(ep, ep["named"], grasps=get_task(ep["task"]).skills[0][0] != "push")
+    out.update(summarize(out["episodes"], tasks))
+    tmp = path.with_suffix(".json.tmp")
+    tmp.write_text(json.dumps(out, indent=1))
+    os.replace(tmp, path)
+    plot(out, path.with_suffix(".png"), plot_title(out))
+    print(f"rewrote {path} and its .png")
+    return 0
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                  formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__.split("\n\n", 1)[1])
-    ap.add_argument("--checkpoint", required=True, help="a `vla train` run or checkpoint")
+    ap.add_argument("--checkpoint", help="a `vla train` run or checkpoint")
+    ap.add_argument("--from-json", type=pathlib.Path, default=None, metavar="FILE",
+                    help="no rollouts: classify the episodes of an earlier result file again (this version's "
+                         "outcome rules) and rewrite it and its plot")
     ap.add_argument("--task", action="append", dest="tasks", help="sim task (repeat; default: the checkpoint's tasks)")
     ap.add_argument("--instruction", default=None,
                     help="give every episode this instruction instead of the task's (a paraphrase, a held-out wording)")
@@ -270,6 +297,10 @@ def main(argv=None) -> int:
     ap.add_argument("--out", type=pathlib.Path, default=ROOT / "bench" / "results")
     ap.add_argument("--name", default="vla_confusion", help="result file names: OUT/NAME.json and .png")
     args = ap.parse_args(argv)
+    if args.from_json:
+        return reclassify(args.from_json)
+    if not args.checkpoint:
+        ap.error("give --checkpoint (or --from-json FILE)")
     if args.episodes < 1 or args.jobs < 1:
         ap.error("--episodes and --jobs must be >= 1")
     os.environ.setdefault("MUJOCO_GL", "egl")
@@ -316,9 +347,7 @@ def main(argv=None) -> int:
            **summary, "episodes": episodes}
     with open(args.out / f"{args.name}.json", "w") as f:
         json.dump(out, f, indent=1, default=lambda o: None if o is None else str(o))
-    plot(summary, args.out / f"{args.name}.png",
-         f"{os.path.basename(os.path.normpath(args.checkpoint))}: {args.episodes} unseen three-cube scenes per task"
-         + {"paraphrases": ", the tasks' paraphrases in turn", "held-out": ", the held-out wordings"}.get(args.wording, ""))
+    plot(summary, args.out / f"{args.name}.png", plot_title(out))
     print(f"wrote {args.out / args.name}.json and .png")
     return 0
 

@@ -72,3 +72,28 @@ def test_wordings_cycle_through_the_paraphrases_or_the_held_out_ones():
     assert {episode_wording(place, i, "held-out") for i in range(5)} == {"move the red cube into the yellow bowl"}
     assert episode_wording(place, 3, "instruction") is None  # the task's own
     assert episode_wording(place, 3, "instruction", "put it there") == "put it there"
+
+
+def test_a_push_that_moved_the_named_cube_began_the_right_skill():
+    from vla_confusion import classify
+
+    pushed = _ep(moved="blue_cube", near="blue_cube")
+    assert classify(pushed, "blue_cube", grasps=False) == "right object, skill not completed"
+    assert classify(pushed, "blue_cube") == "right object, grasp missed"  # a pick that only nudged it
+    assert classify(_ep(moved="red_cube"), "blue_cube", grasps=False) == "wrong object"
+
+
+def test_from_json_classifies_an_earlier_result_again(tmp_path):
+    from vla_confusion import main, summarize
+
+    eps = [dict(_ep(moved="blue_cube", near="blue_cube"), task="push_block_to_marker", named="blue_cube", seed=1, achieved={},
+                instruction="push the blue cube to the pink marker", outcome="right object, grasp missed")]
+    old = {"checkpoint": "runs/x", "episodes_per_task": 1, "wording": "instruction",
+           **summarize(eps, ["push_block_to_marker"]), "episodes": eps}
+    path = tmp_path / "r.json"
+    path.write_text(json.dumps(old))
+    assert main(["--from-json", str(path)]) == 0
+    new = json.loads(path.read_text())
+    assert new["episodes"][0]["outcome"] == "right object, skill not completed"
+    assert new["tasks"]["push_block_to_marker"]["outcomes"]["right object, skill not completed"] == 1
+    assert (tmp_path / "r.png").stat().st_size > 5_000
