@@ -8,7 +8,7 @@ PYTHON312 ?= $(shell for p in python3.12 $$(ls -d $$HOME/.pyenv/versions/3.12*/b
 STAMPS := .stamps
 export MUJOCO_GL ?= egl
 
-.PHONY: demo bridge-demo test setup clean-venv bench base
+.PHONY: demo bridge-demo test setup clean-venv bench base base-subskills
 
 setup: $(STAMPS)/venv
 
@@ -53,17 +53,20 @@ clean-venv:
 # The shipped multi-task base (vla/checkpoints/base, bench/results/vla_sft/README.md round 14): 60 scripted demos
 # per task (seeds 0..59; a dataset left half-recorded by a kill is recorded again), then `vla train` with the
 # round-14 recipe; the trained model replaces the committed one. About 35 min on 2 cores.
-BASE_TASKS := pick_red_cube pick_blue_cube lift_green_cube place_cube_in_bowl stack_cubes
+BASE_TASKS ?= pick_red_cube pick_blue_cube lift_green_cube place_cube_in_bowl stack_cubes
+# tasks recorded with each frame labelled by the sub-skill the expert is in (none for the shipped base)
+BASE_SEGMENTED ?=
 BASE_DATA ?= data/base
 BASE_EPISODES ?= 60
 BASE_OUT ?= vla/checkpoints/base
 BASE_TRAIN_FLAGS ?= --steps 6000 --batch-size 128 --balance tasks --head-hidden 512 --head-depth 4
 base: setup
 	@for t in $(BASE_TASKS); do \
-	  d=$(BASE_DATA)/q1_$$t; \
+	  d=$(BASE_DATA)/q1_$$t; lab=; \
+	  case " $(BASE_SEGMENTED) " in *" $$t "*) lab=--label-subskills;; esac; \
 	  if [ -f $$d.complete ]; then echo ">> $$d: recorded already"; \
 	  else rm -rf $$d && $(VENV)/bin/vla record --robot sim-franka-fast --task $$t --teleop scripted --episodes $(BASE_EPISODES) \
-	         --root $$d && touch $$d.complete || exit 1; fi; \
+	         $$lab --root $$d && touch $$d.complete || exit 1; fi; \
 	done
 	@run=runs/base-$$(date +%Y%m%d-%H%M%S); \
 	$(VENV)/bin/vla train $(foreach t,$(BASE_TASKS),--dataset $(BASE_DATA)/q1_$(t)) --out $$run $(BASE_TRAIN_FLAGS) \
@@ -72,3 +75,10 @@ base: setup
 	d['train']['datasets'] = [os.path.relpath(x) for x in d['train']['datasets']]; json.dump(d, open(p, 'w'), indent=2)" \
 	  && echo ">> $(BASE_OUT) <- $$run/model; measure it: .venv/bin/python bench/vla_confusion.py \
 	--checkpoint $(BASE_OUT) --episodes 20"
+
+# the six-task model with sub-skill labels and paraphrases (bench/results/vla_sft round 15: the vocabulary
+# a prompt policy composes); not committed: about 35 min on 2 cores
+base-subskills:
+	$(MAKE) base BASE_TASKS="pick_red_cube pick_blue_cube lift_green_cube place_cube_in_bowl stack_cubes \
+	  push_block_to_marker" BASE_SEGMENTED="place_cube_in_bowl stack_cubes" BASE_DATA=data/base_subskills \
+	  BASE_OUT=vla/checkpoints/base_subskills BASE_TRAIN_FLAGS="$(BASE_TRAIN_FLAGS) --paraphrases sim"
