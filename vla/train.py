@@ -238,6 +238,14 @@ def _sim_tasks(datasets) -> list[str]:
     return list(names)
 
 
+def _where(path: str) -> str:
+    """A dataset's path as a checkpoint records it: relative to the working directory when it lies
+    inside it (a checkpoint committed with a repository names no machine's paths), else absolute."""
+    p = os.path.abspath(path)
+    rel = os.path.relpath(p)
+    return p if rel == ".." or rel.startswith(".." + os.sep) else rel
+
+
 # -- checkpoints ---------------------------------------------------------------------------
 def _rng_state() -> dict[str, Any]:
     return {"python": random.getstate(), "numpy": np.random.get_state(), "torch": torch.get_rng_state()}
@@ -445,7 +453,7 @@ def train(cfg: TrainConfig, resume: bool = False, progress: bool = True) -> dict
 
     model.train()
     extra = {"instructions": data.instructions, "paraphrases": info["paraphrases"], "sim_tasks": _sim_tasks(cfg.datasets),
-             "train": {"datasets": [os.path.abspath(d) for d in cfg.datasets], "mode": cfg.mode}}
+             "train": {"datasets": [_where(d) for d in cfg.datasets], "mode": cfg.mode}}
     t0 = time.perf_counter()
     t_log, samples_since = t0, 0
     draw = frame_sampler(data, cfg.balance, cfg.batch_size, gen)

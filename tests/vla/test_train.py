@@ -233,3 +233,14 @@ def test_paraphrases_sim_leaves_the_held_out_wordings_out_and_a_bad_file_is_name
     assert out["paraphrases"] == {"pick up the red cube": ["grab the red block"]}
     with open(tmp_path / "q/model/config.json") as f:
         assert json.load(f)["paraphrases"] == {"pick up the red cube": ["grab the red block"]}
+
+
+def test_the_checkpoint_records_dataset_paths_inside_the_working_directory_relative(tiny_dataset, tmp_path,
+                                                                                     monkeypatch):
+    from vla.train import _where
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "data" / "x").mkdir(parents=True)
+    assert _where("data/x") == os.path.join("data", "x") and _where(str(tmp_path / "data" / "x")) == os.path.join("data", "x")
+    assert _where(tiny_dataset) == os.path.abspath(tiny_dataset)  # outside: absolute
+    assert _where("..") == os.path.dirname(str(tmp_path))
