@@ -39,6 +39,9 @@ sys.path.append(str(ROOT / "bench"))  # after the repo: bench/vla.py must not hi
 import numpy as np  # noqa: E402
 
 DEFAULT_TASKS = ("place_cube_in_bowl", "stack_cubes")
+CHAIN_PICK_Z = 0.12
+"""``--chain``: a pick is done once its cube is grasped and the tcp is above this height (m): where the
+scripted expert, and so the sub-skill labels, switch to the place (its carry height less 3 cm)."""
 
 
 def subskills(tasks) -> list[tuple[str, int, str]]:
@@ -96,6 +99,42 @@ def rollout(env, client, expert, policy, task, k: int, seed: int, names: list[st
             "first_grasped": first_grasped}
 
 
+def rollout_chain(env, client, policy, task, seed: int, names: list[str], budget: int) -> dict:
+    """The hand-written prompt sequence (``--chain``): from the scene's start the VLA is given each
+    sub-skill's instruction in turn, moving on when that sub-skill is done (PRIVILEGED: the
+    simulator's ``skill_done``) or its ``budget`` ticks are spent; success is the task's own predicate.
+    The upper bound a prompt policy (SARL) with a privileged terminator can reach with this VLA."""
+    from hardware.sim_tasks import objects_from_state, skill_done
+
+    obs, _ = env.reset(seed=seed)
+    ticks, success, done_skills, reached = 0, False, 0, []
+    for k, skill in enumerate(task.skills):
+        env.instruction = task.skill_instruction(skill)
+        obs = {**obs, "instruction": env.instruction}  # the next observations carry it too
+        if hasattr(policy, "reset"):
+            policy.reset(seed)  # the ensemble must not average chunks made under the previous prompt
+        t_k, done = 0, False
+        while t_k < budget and not done and not success:
+            for row in policy(obs):
+                obs, *_ = env.step(row)
+                ticks += 1
+                t_k += 1
+                objs = objects_from_state({a: np.asarray(v) for a, v in client.last_state.arrays.items()}, names)
+                ee, grip = np.asarray(obs["state"][:3], float), float(obs["state"][7])
+                # a pick hands over where the recorded sub-skill labels switch: the cube held up at the
+                # scripted expert's carry height (tcp above 12 cm), not at the first lift
+                done = skill_done(skill, objs, ee, grip) and (skill[0] != "pick" or ee[2] > CHAIN_PICK_Z)
+                success = task.success(objs, ee, grip)
+                if done or success or t_k >= budget:
+                    break
+        reached.append(t_k if done else None)
+        done_skills += bool(done)
+        if not done and not success:
+            break
+    return {"seed": seed, "reached": True, "handover_tick": 0, "success": bool(success), "ticks": ticks,
+            "skills_done": done_skills, "ticks_per_skill": reached}
+
+
 def work(job: dict) -> list[dict]:
     """One worker: its own sim bridge, the VLA, the oracle expert, its share of (task, k, seed)."""
     import torch
@@ -122,7 +161,10 @@ def work(job: dict) -> list[dict]:
             envs: dict = {}
             for i, (task, k, instruction, seed) in enumerate(job["pairs"]):
                 env = envs.setdefault((task, instruction), task_env(client, task, instruction=instruction))
-                ep = rollout(env, client, expert, policy, get_task(task), k, seed, names, job["budget"])
+                if k < 0:
+                    ep = rollout_chain(env, client, policy, get_task(task), seed, names, job["budget"])
+                else:
+                    ep = rollout(env, client, expert, policy, get_task(task), k, seed, names, job["budget"])
                 ep.update(task=task, k=k, instruction=instruction)
                 out.append(ep)
                 print(f"[worker {job['index']}] {i + 1}/{len(job['pairs'])} {instruction!r} {seed}: "
@@ -167,7 +209,8 @@ def plot(rows: list[dict], path: pathlib.Path, title: str, target: float) -> Non
     for i, r in enumerate(rows):
         ax.text(0.01, i, f"{r['successes']}/{r['reached']}", va="center", color="white", fontsize=8)
     ax.axvline(target, color="tab:red", ls="--", lw=1, label=f"target {target:.0%}")
-    ax.set_yticks(y, [f"{r['instruction']!r}\n({r['task']}, sub-skill {r['k']})" for r in rows], fontsize=7)
+    ax.set_yticks(y, [(f"{r['instruction']!r}\n({r['task']}, sub-skill {r['k']})" if r["k"] >= 0 else
+                       f"{r['task']}:\n{r['instruction'].replace(' -> ', ' -> \n')}") for r in rows], fontsize=7)
     ax.invert_yaxis()
     ax.set_xlim(0, 1)
     ax.set_xlabel("success from the state where the sub-skill starts (95% interval)")
@@ -194,6 +237,10 @@ def main(argv=None) -> int:
     ap.add_argument("--exec-steps", type=int, default=None, help="chunk rows per re-plan (default: temporal ensembling)")
     ap.add_argument("--jobs", type=int, default=2, help="worker processes, one sim bridge each")
     ap.add_argument("--port0", type=int, default=6500, help="worker j's bridge uses ports port0 + 20 j ...")
+    ap.add_argument("--chain", action="store_true",
+                    help="the hand-written prompt sequence instead: from the scene's start the VLA gets each sub-skill's "
+                         "instruction in turn (next one when the PRIVILEGED done predicate fires or --budget ticks "
+                         "pass); success is the task's. SARL's upper bound with a privileged terminator")
     ap.add_argument("--target", type=float, default=0.8, help="the line drawn on the plot (issue 28: 0.8)")
     ap.add_argument("--out", type=pathlib.Path, default=ROOT / "bench" / "results")
     ap.add_argument("--name", default="vla_subskills", help="result file names: OUT/NAME.json and .png")
@@ -207,6 +254,9 @@ def main(argv=None) -> int:
         skills = subskills(args.tasks or DEFAULT_TASKS)
     except (KeyError, ValueError) as e:
         ap.error(str(e).strip('"'))
+    if args.chain:  # one row per task: its sub-skill instructions in order
+        tasks = list(dict.fromkeys(t for t, _, _ in skills))
+        skills = [(t, -1, " -> ".join(i for tt, _, i in skills if tt == t)) for t in tasks]
     args.out.mkdir(parents=True, exist_ok=True)
     pairs = [(t, k, ins, args.seed_start + i) for t, k, ins in skills for i in range(args.episodes)]
     jobs = min(args.jobs, len(pairs))
@@ -223,13 +273,16 @@ def main(argv=None) -> int:
            "checkpoint": portable_path(args.checkpoint), "episodes_per_subskill": args.episodes,
            "budget_ticks": args.budget, "seed_start": args.seed_start, "exec_steps": args.exec_steps,
            "execution": f"chunks of {args.exec_steps}" if args.exec_steps else "temporal ensembling (m = 0.01)",
-           "handover": "the scripted expert (privileged oracle) carries out the sub-skills before k",
+           "handover": ("none: the VLA runs the sub-skill instructions in order from the scene's start, switching on the "
+                        "privileged done predicate or the budget (k = -1 rows)" if args.chain else
+                        "the scripted expert (privileged oracle) carries out the sub-skills before k"),
            "jobs": jobs, "wall_s": time.perf_counter() - t0, "subskills": rows, "episodes": episodes}
     with open(args.out / f"{args.name}.json", "w") as f:
         json.dump(out, f, indent=1)
     plot(rows, args.out / f"{args.name}.png",
-         f"{os.path.basename(os.path.normpath(args.checkpoint))}: each sub-skill from where it starts, "
-         f"{args.episodes} unseen scenes", args.target)
+         f"{os.path.basename(os.path.normpath(args.checkpoint))}: "
+         + ("the sub-skill prompts in order, from the start" if args.chain else "each sub-skill from where it starts")
+         + f", {args.episodes} unseen scenes", args.target)
     print(f"wrote {args.out / args.name}.json and .png")
     return 0
 

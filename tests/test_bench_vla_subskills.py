@@ -42,3 +42,21 @@ def test_subskill_bench_hands_over_where_each_sub_skill_starts(tmp_path):
     assert [row["instruction"] for row in out["subskills"]] == ["pick up the red cube", "put it in the bowl"]
     assert not out["checkpoint"].startswith("/")
     assert (tmp_path / "res" / "vla_subskills.png").stat().st_size > 5_000
+
+
+def test_chain_gives_the_sub_skill_prompts_in_order_from_the_start(tmp_path):
+    from tests.conftest import save_tiny_vla
+
+    save_tiny_vla(str(tmp_path / "ckpt"))
+    port = free_ports(1)[0]
+    r = subprocess.run([sys.executable, str(ROOT / "bench" / "vla_subskills.py"), "--checkpoint", str(tmp_path / "ckpt"),
+                        "--chain", "--task", "stack_cubes", "--episodes", "1", "--budget", "4", "--jobs", "1",
+                        "--exec-steps", "4", "--port0", str(port), "--out", str(tmp_path / "res")],
+                       cwd=ROOT, capture_output=True, text=True, timeout=280)
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
+    out = json.loads((tmp_path / "res" / "vla_subskills.json").read_text())
+    (row,) = out["subskills"]
+    assert (row["k"], row["instruction"]) == (-1, "pick up the green cube -> put it on the red cube")
+    (ep,) = out["episodes"]
+    # an untrained VLA does not pick the green cube up in 4 ticks: the sequence stops at its first prompt
+    assert ep["ticks"] == 4 and ep["skills_done"] == 0 and ep["ticks_per_skill"] == [None] and not ep["success"]
