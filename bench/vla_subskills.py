@@ -15,6 +15,11 @@ begins. For every sub-skill k of each task and every unseen scene (seeds 100000 
    above 6 cm; a place has let go of it in the bowl / on the cube), read from the simulator by this
    bench only, at any tick.
 
+``--chain`` measures the hand-written prompt sequence instead: from the scene's start the VLA gets each
+sub-skill's instruction in turn, moving on when that sub-skill is done (the same PRIVILEGED predicate; a
+pick once its cube is held above the carry height where the labels switch) or ``--budget`` ticks pass;
+success is the task's own predicate. It is the ceiling of a prompt policy with a privileged terminator.
+
 Writes ``bench/results/<name>.json`` (per sub-skill: successes, 95% interval, the hand-over tick,
 every episode) and ``.png`` (success per sub-skill instruction with its interval).
 
