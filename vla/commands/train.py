@@ -22,6 +22,9 @@ def add_parser(sub, name: str, help_: str) -> None:
 examples:
   vla train --dataset data/pick_red --dataset data/pick_blue --out runs/vla_pick
   vla train --dataset data/pick_red --out runs/vla_lora --mode lora --steps 3000
+  vla train --dataset data/place --dataset data/pick_red --out runs/multi --paraphrases sim
+                                                     # sub-skill-labelled data (vla record --label-subskills):
+                                                     # tasks + sub-skills, trained with their paraphrases
   vla train --resume runs/vla_pick                   # continue after a kill
   vla eval --checkpoint runs/vla_pick --task pick_red_cube --episodes 20
   tensorboard --logdir runs/vla_pick/tb
