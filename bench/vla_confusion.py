@@ -133,19 +133,14 @@ def rollout(env, client, policy, seed: int, names: list[str]) -> dict:
 
 def work(job: dict) -> list[dict]:
     """One worker: its own sim bridge, the VLA, its share of (task, seed) pairs."""
-    import torch
-
     from hardware.sim_tasks import get_task
     from robot_io.robot import RobotClient
     from robot_io.site import load_site
     from vla.commands._bridge import running_bridge
-    from vla.envs import TemporalEnsemble, VLAPolicy, task_env
-    from vla.models import load_vla
-    from vla.train import resolve_checkpoint
+    from vla.envs import task_env
+    from vla_steerability import eval_policy
 
-    torch.set_num_threads(1)
-    model = load_vla(resolve_checkpoint(job["checkpoint"])).eval()
-    policy = VLAPolicy(model, job["exec_steps"]) if job["exec_steps"] else TemporalEnsemble(VLAPolicy(model))
+    policy = eval_policy(job["checkpoint"], job["exec_steps"])
     site = load_site(job["robot"])
     out = []
     with running_bridge(site, job["log"]):

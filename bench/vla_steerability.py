@@ -73,6 +73,20 @@ def run_workers(work, pairs: list, jobs: int, port0: int, log_prefix: str, **com
             return pool.map(work, specs)
 
 
+def eval_policy(checkpoint: str, exec_steps: int | None):
+    """A sim-bench worker's policy, run as `vla eval` runs it: one torch thread, the checkpoint's VLA,
+    chunks of ``exec_steps`` rows, or temporal ensembling when None."""
+    import torch
+
+    from vla.envs import TemporalEnsemble, VLAPolicy
+    from vla.models import load_vla
+    from vla.train import resolve_checkpoint
+
+    torch.set_num_threads(1)
+    model = load_vla(resolve_checkpoint(checkpoint)).eval()
+    return VLAPolicy(model, exec_steps) if exec_steps else TemporalEnsemble(VLAPolicy(model))
+
+
 def work(job: dict) -> dict:
     """One worker: its own sim bridge, the VLA, and its share of (task, scene) pairs, every stream."""
     import torch

@@ -109,7 +109,7 @@ def rollout_chain(env, client, policy, task, seed: int, names: list[str], budget
     sub-skill's instruction in turn, moving on when that sub-skill is done (PRIVILEGED: the
     simulator's ``skill_done``) or its ``budget`` ticks are spent; success is the task's own predicate.
     The upper bound a prompt policy (SARL) with a privileged terminator can reach with this VLA."""
-    from hardware.sim_tasks import objects_from_state, skill_done
+    from hardware.sim_tasks import skill_done
 
     obs, _ = env.reset(seed=seed)
     ticks, success, done_skills, reached = 0, False, 0, []
@@ -124,7 +124,7 @@ def rollout_chain(env, client, policy, task, seed: int, names: list[str], budget
                 obs, *_ = env.step(row)
                 ticks += 1
                 t_k += 1
-                objs = objects_from_state({a: np.asarray(v) for a, v in client.last_state.arrays.items()}, names)
+                objs, _ = _state(client, names)
                 ee, grip = np.asarray(obs["state"][:3], float), float(obs["state"][7])
                 # a pick hands over where the recorded sub-skill labels switch: the cube held up at the
                 # scripted expert's carry height (tcp above 12 cm), not at the first lift
@@ -142,20 +142,15 @@ def rollout_chain(env, client, policy, task, seed: int, names: list[str], budget
 
 def work(job: dict) -> list[dict]:
     """One worker: its own sim bridge, the VLA, the oracle expert, its share of (task, k, seed)."""
-    import torch
-
     from hardware.sim_tasks import get_task
     from hardware.teleop.scripted import ScriptedExpert
     from robot_io.robot import RobotClient
     from robot_io.site import load_site
     from vla.commands._bridge import running_bridge
-    from vla.envs import TemporalEnsemble, VLAPolicy, task_env
-    from vla.models import load_vla
-    from vla.train import resolve_checkpoint
+    from vla.envs import task_env
+    from vla_steerability import eval_policy
 
-    torch.set_num_threads(1)
-    model = load_vla(resolve_checkpoint(job["checkpoint"])).eval()
-    policy = VLAPolicy(model, job["exec_steps"]) if job["exec_steps"] else TemporalEnsemble(VLAPolicy(model))
+    policy = eval_policy(job["checkpoint"], job["exec_steps"])
     expert = ScriptedExpert(quality=1.0, seed=0)
     site = load_site(job["robot"])
     out = []

@@ -240,6 +240,11 @@ class Task(abc.ABC):
         return skill_instruction(skill)
 
 
+def _into_bowl(where) -> bool:
+    """A place step's goal is the bowl (``"bowl"`` or a ``("bowl", slot)``), not ``("on", cube)``."""
+    return where == "bowl" or where[0] == "bowl"
+
+
 def skill_done(skill: tuple, objects: Mapping[str, Pose7], ee_pos, gripper: float) -> bool:
     """Whether one pick or place sub-skill is done in this state: a pick holds its cube lifted
     (grasped, centre above 6 cm: the ``lifted_*`` sub-goal); a place has let go of its cube in the
@@ -249,7 +254,7 @@ def skill_done(skill: tuple, objects: Mapping[str, Pose7], ee_pos, gripper: floa
         return bool(grasped(c, ee_pos, gripper) and c[2] > 0.06)
     if skill[0] == "place":
         where = skill[2]
-        if where == "bowl" or where[0] == "bowl":
+        if _into_bowl(where):
             there = in_bowl(c, objects["bowl"])
         elif where[0] == "on":
             there = stacked(c, objects[where[1]]) and on_table(objects[where[1]])
@@ -265,7 +270,7 @@ def skill_instruction(skill: tuple) -> str:
         return f"pick up the {_short(skill[1])} cube"
     if skill[0] == "place":
         where = skill[2]
-        if where == "bowl" or where[0] == "bowl":
+        if _into_bowl(where):
             return "put it in the bowl"
         if where[0] == "on":
             return f"put it on the {_short(where[1])} cube"

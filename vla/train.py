@@ -76,7 +76,8 @@ def build_data(cfg: TrainConfig, text_encoder) -> tuple[TrainData, dict[str, np.
     state = np.concatenate([e.state for e in eps])
     action = np.concatenate([e.action for e in eps])
     chunks = np.concatenate([action_chunks(e.action, cfg.horizon)[0] for e in eps])
-    text_idx = np.array([instructions.index(t) for t in labels]) if labels else np.zeros(0, int)
+    row_of = {t: i for i, t in enumerate(instructions)}
+    text_idx = np.array([row_of[t] for t in labels], dtype=np.int64)
     images = {c: torch.from_numpy(np.concatenate([e.images[c] for e in eps])) for c in cams}
     stats = {"state_mean": state.mean(0), "state_std": state.std(0), "action_min": action.min(0),
              "action_max": action.max(0)}
@@ -103,20 +104,13 @@ def frame_labels(eps, labels: str) -> tuple[np.ndarray | None, list[str]]:
     for e in eps:
         n = len(e)
         own = e.frame_instructions or [e.instruction] * n
-        if labels == "episode":
-            rows_frame.append(off + np.arange(n))
-            rows_text += [e.instruction] * n
-        elif labels == "frame":
-            rows_frame.append(off + np.arange(n))
-            rows_text += own
-        else:
-            rows_frame.append(off + np.arange(n))
-            rows_text += [e.instruction] * n
-            extra = [j for j in range(n) if own[j] != e.instruction]
-            if extra:
-                two = True
-                rows_frame.append(off + np.asarray(extra))
-                rows_text += [own[j] for j in extra]
+        rows_frame.append(off + np.arange(n))
+        rows_text += own if labels == "frame" else [e.instruction] * n
+        extra = [j for j in range(n) if own[j] != e.instruction] if labels == "both" else []
+        if extra:
+            two = True
+            rows_frame.append(off + np.asarray(extra))
+            rows_text += [own[j] for j in extra]
         off += n
     return (np.concatenate(rows_frame) if two else None), rows_text
 

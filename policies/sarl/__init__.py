@@ -1,6 +1,10 @@
 """SARL: reinforcement learning over a semantic MDP whose actions are language prompts to a frozen VLA
 (Bhatia, Wagenmaker, Chen, Levine, arXiv 2606.31958; METHODS.md "SARL").
 
+Status: the method's core only. SARL is not yet in ``policies.REGISTRY``, so ``vla rl --method sarl`` does not
+exist: a semantic step spans several chunks, which the session's per-chunk ``Agent`` interface does not
+express yet (issue 30).
+
 A frozen multi-task VLA is a prior over skills; SARL learns *which instruction to give it when*. No code
 is public: what METHODS.md records of the paper is the semantic MDP (prompts as actions to a frozen
 VLA, a prompt held for a number of chunks or until a sub-goal, sparse task reward, TD over semantic

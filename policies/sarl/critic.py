@@ -20,6 +20,7 @@ from __future__ import annotations
 import collections
 import copy
 import dataclasses
+import io
 import json
 import os
 from typing import Any, Sequence
@@ -283,18 +284,11 @@ class PromptPolicy:
     def save(self, path: str | os.PathLike) -> None:
         """Write ``state_dict()`` to ``path`` atomically (temp file, fsync, ``os.replace``): a kill leaves
         the old file or the new one, never a torn one."""
-        path = os.fspath(path)
-        tmp = path + ".tmp"
-        try:
-            with open(tmp, "wb") as f:
-                torch.save(self.state_dict(), f)
-                f.flush()
-                os.fsync(f.fileno())
-            os.replace(tmp, path)
-        except BaseException:
-            if os.path.exists(tmp):
-                os.remove(tmp)
-            raise
+        from vla.data.atomic import atomic_write_bytes
+
+        buf = io.BytesIO()
+        torch.save(self.state_dict(), buf)
+        atomic_write_bytes(os.fspath(path), buf.getvalue())
 
     def load(self, path: str | os.PathLike) -> None:
         """Restore what ``save`` wrote (tensors and plain types only: ``weights_only`` loading)."""
