@@ -1,5 +1,5 @@
 """DSRL (``vla rl --method dsrl``): ``agent`` (the update, read top to bottom), ``config`` (no torch),
-``demos`` (recorded demonstrations into the demo buffer). ``DSRLAgent`` / ``DSRLConfig`` are
+the demo buffer from recorded demonstrations (``policies.common.demos``). ``DSRLAgent`` / ``DSRLConfig`` are
 importable from here; the agent (torch) is imported on first use only."""
 
 from policies.dsrl.config import ENCODERS, VARIANTS, DSRLConfig

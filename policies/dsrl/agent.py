@@ -64,30 +64,10 @@ from policies.common.encoders import SmallImageStateEncoder, count_parameters, s
 from policies.common.replay import ReplayBuffer, sample_mixed
 from policies.base import Act, Agent, check_handles
 from policies.common.sac import SAC, EnsembleCritic
+from policies.common.vla_features import SelectFeatures as _Select, SelectPrivileged as _SelectPrivileged
+from policies.common.vla_features import camera_layout as _camera_layout, embed_dim as _embed_dim
+from policies.common.vla_features import summary_dim as _summary_dim
 from policies.dsrl.config import ENCODERS, VARIANTS, DSRLConfig  # noqa: F401
-
-class _Select(nn.Module):
-    """SAC 'encoder' that reads the stored VLA features' summary: obs {"feat": [B, D]} -> [B, d], the
-    first ``d = vla.embed_summary_dim`` columns (the rest, if any, is the denoiser's conditioning that
-    ``sample_actions_from_embedding`` rebuilds: the LeRobot adapters' prefix embeddings and masks)."""
-
-    def __init__(self, dim: int) -> None:
-        super().__init__()
-        self.out_dim = dim
-
-    def forward(self, obs: dict[str, torch.Tensor]) -> torch.Tensor:
-        return obs["feat"][:, : self.out_dim]
-
-
-class _SelectPrivileged(_Select):
-    """Encoder ``oracle``: the VLA features' summary and the privileged state, concatenated."""
-
-    def __init__(self, dim: int, privileged_dim: int) -> None:
-        super().__init__(dim)
-        self.summary_dim, self.out_dim = dim, dim + privileged_dim
-
-    def forward(self, obs: dict[str, torch.Tensor]) -> torch.Tensor:
-        return torch.cat([obs["feat"][:, : self.summary_dim], obs["privileged"]], dim=1)
 
 
 class DSRLAgent(Agent):
@@ -277,7 +257,7 @@ class DSRLAgent(Agent):
         return ("demo",) if self.cfg.variant == "sac" else ("online", "demo")
 
     def demo_transitions(self, roots, instruction: str, progress: bool = True):
-        from policies.dsrl.demos import demo_transitions
+        from policies.common.demos import demo_transitions
 
         return demo_transitions(self, roots, instruction, progress=progress)
 
@@ -449,40 +429,3 @@ def _spread(name: str, q: torch.Tensor) -> dict[str, float]:
     """q [states, noises] -> the std and the max - min over the noises, each averaged over the states."""
     return {f"{name}_spread_std": float(q.std(dim=1).mean()),
             f"{name}_spread_range": float((q.max(dim=1).values - q.min(dim=1).values).mean())}
-
-
-def _camera_layout(cfg: DSRLConfig, observation_space) -> dict[str, Any]:
-    """The encoder ``cnn``'s inputs: the env's camera names and robot state length; ``oracle``'s: the
-    privileged observation's length ({} for ``vla``)."""
-    if cfg.encoder == "vla":
-        return {}
-    spaces = getattr(observation_space, "spaces", {}) or {}
-    if cfg.encoder == "oracle":
-        if "privileged" not in spaces:
-            raise ValueError("encoder 'oracle' reads the env's `privileged` observation (a sim task env made with "
-                             "privileged=True); this env has none")
-        return {"privileged_dim": int(spaces["privileged"].shape[0])}
-    if "images" not in spaces or "state" not in spaces:
-        raise ValueError(f"encoder {cfg.encoder!r} reads the env's cameras and state: the env needs an "
-                         "observation_space with 'images' and 'state' (a learner without an env cannot build it)")
-    return {"cameras": list(spaces["images"].spaces), "state_dim": int(spaces["state"].shape[0])}
-
-
-def _summary_dim(vla, feat_dim: int) -> int:
-    """The columns of ``vla.embed()`` a critic reads (the VLA interface's ``embed_summary_dim``; all
-    ``feat_dim`` of them where the VLA cannot say)."""
-    try:
-        d = int(vla.embed_summary_dim)
-    except (AttributeError, NotImplementedError):
-        return feat_dim
-    if not 0 < d <= feat_dim:
-        raise ValueError(f"the VLA's embed_summary_dim {d} must be in [1, feat_dim = {feat_dim}]")
-    return d
-
-
-def _embed_dim(vla) -> int:
-    """The width of ``vla.embed()`` (the VLA interface's ``embed_dim``; 0 when it cannot say)."""
-    try:
-        return int(vla.embed_dim)
-    except (AttributeError, NotImplementedError):
-        return int(getattr(getattr(vla, "cfg", None), "cond_dim", 0))  # a VLA from before the handle

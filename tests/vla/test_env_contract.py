@@ -17,6 +17,7 @@ from vla.envs import DEFAULT_EPISODE_TICKS, episode_limit, step_chunk, steps_chu
 ENV = "tests.vla.heldout_env:make_env"
 SMALL = {  # each method's smallest settings, so that a few ticks run in seconds; a new method runs at its defaults
     "dsrl": ["--utd", "1", "--batch-size", "4", "--num-critics", "2", "--hidden", "16", "--distill-steps", "1"],
+    "residual": ["--utd", "1", "--batch-size", "4", "--num-critics", "2", "--hidden", "16"],
 }
 
 

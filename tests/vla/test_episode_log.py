@@ -172,7 +172,7 @@ def test_the_reader_skips_torn_lines_and_an_append_ends_a_torn_line(dataset):
 def test_vla_data_never_imports_rewards():
     """The episode log lives in vla.data, so vla.data.demos no longer imports
     rewards.success_classifier (which imports vla.data.demos): no import loop."""
-    for path in sorted((REPO_ROOT / "vla/data").glob("*.py")) + [REPO_ROOT / "policies/dsrl/demos.py"]:
+    for path in sorted((REPO_ROOT / "vla/data").glob("*.py")) + [REPO_ROOT / "policies/common/demos.py"]:
         for node in ast.walk(ast.parse(path.read_text())):
             names = [a.name for a in node.names] if isinstance(node, ast.Import) else (
                 [node.module or ""] if isinstance(node, ast.ImportFrom) else [])

@@ -15,7 +15,9 @@ def add_parser(sub, name: str, help_: str) -> None:
         "Run an online RL session: the VLA from --checkpoint stays frozen and an RL module steers it. "
         "DSRL (--method dsrl) learns the initial noise of the VLA's flow sampler with SAC; its "
         "noise-aliased variant (--variant na, default) also learns an action-space critic that demos and "
-        "operator interventions feed. The run directory gets the learning curve, TensorBoard scalars, "
+        "operator interventions feed. Residual RL (--method residual, ResFiT) adds a small learned, bounded "
+        "correction to every executed action of the VLA's chunk: the fix for a base that is off by centimetres. "
+        "The run directory gets the learning curve, TensorBoard scalars, "
         "episode logs, evaluation videos and a checkpoint after every episode; --resume continues a "
         "killed session exactly (step count, replay buffers, optimisers, RNG states). "
         "--role local (default) runs actor and learner in this process; --role learner / actor split "
@@ -26,6 +28,7 @@ def add_parser(sub, name: str, help_: str) -> None:
 examples:
   vla rl --method dsrl --checkpoint runs/vla_pick --task pick_red_cube --out runs/dsrl_red
   vla rl --method dsrl --variant sac --checkpoint runs/vla_pick --task lift_green_cube --total-ticks 4000 --out runs/x
+  vla rl --method residual --checkpoint vla/checkpoints/base --task pick_blue_cube --total-ticks 20000 --out runs/res_blue
   vla rl --checkpoint runs/vla_pick --task pick_red_cube --demos data/demos_red --out runs/dsrl_red_demos
                                                      # NA's action critic also learns from recorded demos
   vla rl --resume runs/dsrl_red                      # continue after a kill

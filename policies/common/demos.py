@@ -1,8 +1,8 @@
-"""DSRL: recorded demonstrations into an RL session's demo (offline) buffer (``vla rl --demos DATASET``).
+"""Recorded demonstrations into an RL session's demo (offline) buffer (``vla rl --demos DATASET``).
 
-DSRL-NA's action-space critic ``Q^A(s, a)`` reads executed chunks, so demonstrations, which have
-no noise behind them, train it directly: the demo buffer is sampled 50 / 50 with the online one
-(RLPD), as operator interventions already are. This is the issue's "offline demos can enter Q^A".
+A method whose critic reads executed chunks (DSRL-NA's ``Q^A(s, a)``, residual RL's ``Q(s, base + delta)``)
+learns from demonstrations directly, though they have no noise or residual behind them: the demo buffer is
+sampled 50 / 50 with the online one (RLPD), as operator interventions already are.
 
 A LeRobot episode of ``T`` recorded ticks (frame ``k``: the observation before tick ``k`` and the
 action the robot applied on it, see ``vla.data.recording``) becomes ``ceil(T / n)`` macro-step
@@ -17,7 +17,7 @@ driven the whole episode:
     reward     1 on the last macro-step of an episode that ``meta/vla_episodes.jsonl`` marks
                successful (the recorder ends an episode on the success predicate), else 0
     done       that same success (a failed episode ends by truncation, which is not terminal)
-    action     zeros (no noise; NA's critics never read a demo's ``action``)
+    action     zeros (no noise or residual behind it; the critics read ``chunk``, never a demo's ``action``)
     intervention  True
 
 Only episodes whose instruction is the session's enter (the features, and so the critic, are
@@ -36,7 +36,8 @@ import torch
 def demo_transitions(agent, roots: list[str] | tuple[str, ...], instruction: str,
                      progress: bool = True) -> tuple[list[dict[str, Any]], dict[str, Any]]:
     """-> (transitions for the session's demo buffer, a report: datasets, episodes, successes,
-    transitions, skipped_other_instruction). ``agent``: the ``DSRLAgent`` (its VLA, ``observe_with``)."""
+    transitions, skipped_other_instruction). ``agent``: the method's agent (its ``vla``, ``embed``, ``observe_with``,
+    ``obs_spec``, ``exec_steps``, ``action_dim``, ``cameras``)."""
     from vla.data.demos import load_demos
     from vla.data.episode_log import EPISODE_LOG_PATH, read_outcomes
 
@@ -57,7 +58,7 @@ def demo_transitions(agent, roots: list[str] | tuple[str, ...], instruction: str
     trs: list[dict[str, Any]] = []
     report = {"datasets": [os.path.abspath(r) for r in roots], "episodes": 0, "successes": 0, "transitions": 0,
               "skipped_other_instruction": 0}
-    zeros = np.zeros(agent.noise_dim, np.float32)
+    zeros = np.zeros(agent.action_dim, np.float32)
     for ep in episodes:
         if ep.instruction != instruction:
             report["skipped_other_instruction"] += 1

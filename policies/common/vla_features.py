@@ -1,0 +1,74 @@
+"""What an RL method reads of a frozen VLA: its embedding's summary columns, optionally beside the
+simulator's privileged state (a labelled oracle), and the env's camera layout for a CNN encoder.
+
+Shared by the methods that act on the VLA's features (DSRL, residual RL). ``SelectFeatures`` and
+``SelectPrivileged`` are "encoders" with nothing to train: they pick columns of stored observations.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torch import nn
+
+
+class SelectFeatures(nn.Module):
+    """SAC 'encoder' that reads the stored VLA features' summary: obs {"feat": [B, D]} -> [B, d], the
+    first ``d = vla.embed_summary_dim`` columns (the rest, if any, is the denoiser's conditioning that
+    ``sample_actions_from_embedding`` rebuilds: the LeRobot adapters' prefix embeddings and masks)."""
+
+    def __init__(self, dim: int) -> None:
+        super().__init__()
+        self.out_dim = dim
+
+    def forward(self, obs: dict[str, torch.Tensor]) -> torch.Tensor:
+        return obs["feat"][:, : self.out_dim]
+
+
+class SelectPrivileged(SelectFeatures):
+    """Encoder ``oracle``: the VLA features' summary and the privileged state, concatenated."""
+
+    def __init__(self, dim: int, privileged_dim: int) -> None:
+        super().__init__(dim)
+        self.summary_dim, self.out_dim = dim, dim + privileged_dim
+
+    def forward(self, obs: dict[str, torch.Tensor]) -> torch.Tensor:
+        return torch.cat([obs["feat"][:, : self.summary_dim], obs["privileged"]], dim=1)
+
+
+def camera_layout(cfg, observation_space) -> dict[str, Any]:
+    """``cfg.encoder`` ``cnn``'s inputs: the env's camera names and robot state length; ``oracle``'s: the
+    privileged observation's length ({} for ``vla``)."""
+    if cfg.encoder == "vla":
+        return {}
+    spaces = getattr(observation_space, "spaces", {}) or {}
+    if cfg.encoder == "oracle":
+        if "privileged" not in spaces:
+            raise ValueError("encoder 'oracle' reads the env's `privileged` observation (a sim task env made with "
+                             "privileged=True); this env has none")
+        return {"privileged_dim": int(spaces["privileged"].shape[0])}
+    if "images" not in spaces or "state" not in spaces:
+        raise ValueError(f"encoder {cfg.encoder!r} reads the env's cameras and state: the env needs an "
+                         "observation_space with 'images' and 'state' (a learner without an env cannot build it)")
+    return {"cameras": list(spaces["images"].spaces), "state_dim": int(spaces["state"].shape[0])}
+
+
+def summary_dim(vla, feat_dim: int) -> int:
+    """The columns of ``vla.embed()`` a critic reads (the VLA interface's ``embed_summary_dim``; all
+    ``feat_dim`` of them where the VLA cannot say)."""
+    try:
+        d = int(vla.embed_summary_dim)
+    except (AttributeError, NotImplementedError):
+        return feat_dim
+    if not 0 < d <= feat_dim:
+        raise ValueError(f"the VLA's embed_summary_dim {d} must be in [1, feat_dim = {feat_dim}]")
+    return d
+
+
+def embed_dim(vla) -> int:
+    """The width of ``vla.embed()`` (the VLA interface's ``embed_dim``; 0 when it cannot say)."""
+    try:
+        return int(vla.embed_dim)
+    except (AttributeError, NotImplementedError):
+        return int(getattr(getattr(vla, "cfg", None), "cond_dim", 0))  # a VLA from before the handle
