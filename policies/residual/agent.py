@@ -275,7 +275,8 @@ class ResidualAgent(Agent):
                 "charts/critic_steps": float(self.critic_steps), "charts/actor_steps": float(self.actor_steps)}
         if aloss:
             info["losses/actor_loss"] = float(torch.stack(aloss).mean())
-        info.update(self.diagnostics(s.detach(), b["obs"]["base"], b["chunk"]))
+        if cfg.diag_every and self.updates % cfg.diag_every == 0:
+            info.update(self.diagnostics(s.detach(), b["obs"]["base"], b["chunk"]))
         return info
 
     def _critic_step(self, b: dict[str, Any]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:

@@ -71,6 +71,9 @@ class ResidualConfig:
     """Adam learning rate of the critics (and the cnn encoder) (ResFiT: 1e-4)."""
     grad_clip: float = 1.0
     """Gradient norm clip of actor and critic (ResFiT: 1.0)."""
+    diag_every: int = 10
+    """The diagnostics (``ResidualAgent.diagnostics``: residual size, the critic's preference for it, ensemble
+    spread) every this many update rounds (0: never): they cost about a critic step."""
     image_size: int = 64
     """cnn: side of the square uint8 camera frames the encoder reads (and the replay stores)."""
     image_pad: int = 4
@@ -95,6 +98,8 @@ class ResidualConfig:
         for name in ("utd", "actor_every", "batch_size", "num_critics"):
             if getattr(self, name) < 1:
                 raise ValueError(f"ResidualConfig.{name} must be >= 1, got {getattr(self, name)}")
+        if self.diag_every < 0:
+            raise ValueError(f"ResidualConfig.diag_every must be >= 0 (0: never), got {self.diag_every}")
         if self.critic_warmup < 0:
             raise ValueError(f"ResidualConfig.critic_warmup must be >= 0, got {self.critic_warmup}")
         if not 1 <= self.critic_subset <= self.num_critics:
