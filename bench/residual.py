@@ -125,7 +125,7 @@ def main(argv=None) -> int:
     ap.add_argument("--distill-steps", type=int, default=10)
     ap.add_argument("--num-critics", type=int, default=10)
     ap.add_argument("--batch-size", type=int, default=256)
-    ap.add_argument("--warmup-steps", type=int, default=100)
+    ap.add_argument("--warmup-steps", type=int, default=250, help="macro-steps of the base + noise before learning")
     ap.add_argument("--eval-every", type=int, default=10, help="episodes between evaluations")
     ap.add_argument("--eval-episodes", type=int, default=20)
     ap.add_argument("--demos", default=None, metavar="PATTERN",

@@ -28,8 +28,8 @@ Learning is TD3 with RLPD's critic (ResFiT's choices):
 Departures from ResFiT's code, each for this project's budgets (20K ticks on 2 CPU cores, not 300K steps on a
 GPU): the residual is chosen once per macro-step of ``exec_steps`` ticks from that macro-step's observation
 (ResFiT: every env step, with the base's chunk open-loop over 20 steps), so the TD backup is one-step over
-macro-steps (ResFiT: 3-step returns per env step); networks 2 x 256 (ResFiT 2 x 1024); actor lr 1e-4 (1e-6);
-UTD 4 critic steps per macro-step (4 per env step); 200 critic-only steps (10K). ResFiT has no mechanism that
+macro-steps (ResFiT: 3-step returns per env step); networks 2 x 256 (ResFiT 2 x 1024); actor lr 1e-5 (1e-6);
+UTD 4 critic steps per macro-step (4 per env step); 1000 critic-only steps (10K). ResFiT has no mechanism that
 grows the bound with the critic's confidence; neither does this agent (a fixed ``residual_bound``).
 
 Observation encoders (``ResidualConfig.encoder``) as DSRL's: ``vla`` (the embedding's summary columns),
