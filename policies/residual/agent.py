@@ -169,16 +169,19 @@ class ResidualAgent(Agent):
         return self.vla.embed(obs_batch)
 
     @torch.no_grad()
-    def base_chunk(self, feat: torch.Tensor) -> torch.Tensor:
+    def base_chunk(self, feat: torch.Tensor, generator: torch.Generator | None = None) -> torch.Tensor:
         """The base VLA's chunk for features ``feat`` [B, D]: its first ``exec_steps`` rows, normalised,
-        flattened [B, n A]; its sampler noise N(0, I) from ``base_generator`` (``base_noise`` sample) or 0."""
+        flattened [B, n A]; its sampler noise N(0, I) from ``generator`` (default ``base_generator``; ``base_noise``
+        sample) or 0."""
         shape = (len(feat), *self.noise_shape)
-        noise = torch.zeros(shape) if self.cfg.base_noise == "zero" else torch.randn(shape, generator=self.base_generator)
+        noise = torch.zeros(shape) if self.cfg.base_noise == "zero" else \
+            torch.randn(shape, generator=generator or self.base_generator)
         x = self.vla.sample_actions_from_embedding(feat, noise=noise, normalized=True)[:, : self.exec_steps]
         return x.reshape(len(feat), -1).float()
 
     def observe(self, obs: dict) -> dict[str, torch.Tensor]:
-        """The encoder's input of ``obs`` and the base VLA's chunk there (``base``)."""
+        """The encoder's input of ``obs``, the base VLA's chunk there (``base``) and, for ``act_chunk`` only (not
+        stored), the VLA's features (``vla_feat``)."""
         from vla.envs import VLAPolicy
 
         return self.observe_with(obs, self.embed(VLAPolicy.batch(obs)))
@@ -201,6 +204,7 @@ class ResidualAgent(Agent):
         if "feat" in self.obs_spec:
             out["feat"] = feat[:, : self.summary_dim].float()
         out["base"] = self.base_chunk(feat)
+        out["vla_feat"] = feat
         return out
 
     def executed(self, base: torch.Tensor, delta: torch.Tensor) -> torch.Tensor:
@@ -233,8 +237,12 @@ class ResidualAgent(Agent):
     def act_chunk(self, aobs: dict[str, torch.Tensor], rng: np.random.Generator, warmup: bool,
                   deterministic: bool = False, generator: torch.Generator | None = None) -> Act:
         """Training episodes explore (the actor's residual plus Gaussian noise); an evaluation (``deterministic``,
-        or a ``generator`` of its own) takes the actor's residual itself, TD3's policy."""
+        or a ``generator`` of its own) takes the actor's residual itself, TD3's policy. An evaluation's
+        ``generator`` also draws the base VLA's noise, so that evaluations are seeded by their episode and leave the
+        training streams alone (nothing of an evaluation is stored)."""
         explore = not deterministic and generator is None
+        if generator is not None and "vla_feat" in aobs:
+            aobs = {**aobs, "base": self.base_chunk(aobs["vla_feat"], generator)}
         delta = self.residual({k: aobs[k] for k in self.obs_spec}, rng, warmup=warmup, explore=explore)
         chunk = self.executed(aobs["base"], delta)[0].reshape(self.chunk_shape)
         return Act(action=delta[0].numpy().astype(np.float32), chunk=chunk)

@@ -176,3 +176,19 @@ def test_exec_steps_beyond_the_chunk_and_a_missing_oracle_state_are_refused():
         ResidualAgent(OffsetVLA(), ResidualConfig(exec_steps=H + 1))
     with pytest.raises(ValueError, match="privileged_dim"):
         ResidualAgent(OffsetVLA(), ResidualConfig(exec_steps=H, encoder="oracle"))
+
+
+def test_an_evaluation_draws_the_base_noise_from_its_own_generator_and_leaves_the_training_stream_alone():
+    class NoisyVLA(OffsetVLA):
+        def sample_actions_from_embedding(self, emb, noise=None, token=None, num_steps=None, normalized=False):
+            return super().sample_actions_from_embedding(emb) + 0.1 * noise
+
+    agent = ResidualAgent(NoisyVLA(), ResidualConfig(exec_steps=H, hidden=(8,), num_critics=2), seed=0)
+    feat = scene(np.random.default_rng(5))
+    aobs = agent.observe_with({}, feat)
+    state = agent.base_generator.get_state()
+    run = [agent.act_chunk(aobs, np.random.default_rng(0), warmup=False, generator=torch.Generator().manual_seed(s)).chunk
+           for s in (7, 7, 8)]
+    assert torch.equal(run[0], run[1]) and not torch.equal(run[0], run[2])  # seeded by the evaluation episode
+    assert not torch.equal(run[0], aobs["base"].reshape(H, A))  # not the training draw
+    assert torch.equal(agent.base_generator.get_state(), state)
