@@ -61,7 +61,8 @@ def launch(job: dict, site: str, args) -> subprocess.Popen:
            "--batch-size", str(args.batch_size), "--num-critics", str(args.num_critics), "--threads", "1",
            "--serve", "always", "--videos", "0"]
     if m == "residual":
-        cmd += ["--utd", str(args.utd), "--residual-bound", str(args.residual_bound), "--rows", args.rows]
+        cmd += ["--utd", str(args.utd), "--residual-bound", str(args.residual_bound), "--rows", args.rows,
+                "--encoder", args.encoder]
     else:
         cmd += ["--utd", str(args.dsrl_utd), "--distill-steps", str(args.distill_steps)]
     if args.demos and m in ("residual", "dsrl-na"):  # the methods whose critic reads executed chunks
@@ -121,6 +122,9 @@ def main(argv=None) -> int:
     ap.add_argument("--utd", type=int, default=4, help="residual: critic steps per macro-step")
     ap.add_argument("--residual-bound", type=float, default=0.1)
     ap.add_argument("--rows", choices=("each", "shared"), default="each")
+    ap.add_argument("--encoder", choices=("vla", "oracle", "cnn"), default="vla",
+                    help="residual: what actor and critic read (oracle: + the simulator's object poses, a labelled "
+                         "diagnostic of whether the VLA's features are what limits the correction)")
     ap.add_argument("--dsrl-utd", type=int, default=20, help="dsrl-na / sac-raw: gradient steps per macro-step")
     ap.add_argument("--distill-steps", type=int, default=10)
     ap.add_argument("--num-critics", type=int, default=10)
@@ -184,7 +188,7 @@ def main(argv=None) -> int:
             goals[f"{task}/residual"] = {"goal": f">= 90% within {GOAL['ticks'] // 1000}K ticks, 3 seeds",
                                          "final_mean": m["final_mean"], "seeds": len(m["final"]), "first_tick_at_90": hits,
                                          "met": len(hits) >= 3 and all(x is not None and x <= GOAL["ticks"] for x in hits)}
-    keys = ("checkpoint", "tasks", "methods", "seeds", "total_ticks", "exec_steps", "utd", "residual_bound", "rows",
+    keys = ("checkpoint", "tasks", "methods", "seeds", "total_ticks", "exec_steps", "utd", "residual_bound", "rows", "encoder",
             "dsrl_utd", "distill_steps", "num_critics", "batch_size", "warmup_steps", "eval_every", "eval_episodes",
             "jobs", "demos")
     res = {"bench": "residual", "quick": args.quick, "date": _dt.datetime.now().isoformat(timespec="seconds"),
@@ -198,7 +202,8 @@ def main(argv=None) -> int:
         json.dump(res, f, indent=2)
     plot(done, summary, args.out / f"{args.name}.png",
          f"residual RL vs DSRL-NA vs SAC on raw actions, frozen VLA, {args.total_ticks} ticks, exec {args.exec_steps}, "
-         f"{args.seeds} seed(s), {args.eval_episodes} eval episodes")
+         f"{args.seeds} seed(s), {args.eval_episodes} eval episodes"
+         + (", ORACLE residual input (sim object poses)" if args.encoder == "oracle" else ""))
     for task, ms in summary.items():
         for method, m in ms.items():
             print(f"{task:<18} {method:<9} final {m['final_mean']:.0%} [{m['final_min']:.0%}, {m['final_max']:.0%}] "
