@@ -160,7 +160,10 @@ def summarize(rows: list[dict]) -> dict:
     return out
 
 
-def plot(rows: list[dict], summary: dict, path: pathlib.Path, title: str) -> None:
+def plot(rows: list[dict], summary: dict, path: pathlib.Path, title: str, methods=None, colors=None) -> None:
+    """Learning curves per task: mean over seeds with the min-max band, the base dashed, the goal dotted
+    (``methods`` / ``colors``: another bench's method table, default this one's)."""
+    methods, colors = methods or METHODS, colors or COLORS
     import matplotlib
 
     matplotlib.use("Agg")
@@ -170,14 +173,14 @@ def plot(rows: list[dict], summary: dict, path: pathlib.Path, title: str) -> Non
     fig, axes = plt.subplots(1, max(1, len(tasks)), figsize=(5.2 * max(1, len(tasks)), 3.8), squeeze=False)
     for ax, task in zip(axes[0], tasks):
         base = None
-        for method in METHODS:
+        for method in methods:
             runs = [r for r in rows if r["task"] == task and r["method"] == method and "curve" in r]
             if not runs:
                 continue
             grid = np.array(sorted({t for r in runs for t, _ in r["curve"]}))
             ys = np.stack([np.interp(grid, [t for t, _ in r["curve"]], [v for _, v in r["curve"]]) for r in runs]) * 100
-            ax.plot(grid, ys.mean(0), color=COLORS[method], lw=2, label=f"{method} (n={len(runs)})")
-            ax.fill_between(grid, ys.min(0), ys.max(0), color=COLORS[method], alpha=0.15)
+            ax.plot(grid, ys.mean(0), color=colors[method], lw=2, label=f"{method} (n={len(runs)})")
+            ax.fill_between(grid, ys.min(0), ys.max(0), color=colors[method], alpha=0.15)
             base = np.mean([r["base"] for r in runs]) * 100
         if base is not None:
             ax.axhline(base, color="k", ls="--", lw=1, label=f"base VLA {base:.0f}%")
@@ -192,6 +195,35 @@ def plot(rows: list[dict], summary: dict, path: pathlib.Path, title: str) -> Non
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)
+
+
+def run_jobs(jobs: list[dict], work: str, args, launch_fn) -> list[dict]:
+    """Run the sessions ``jobs`` ``args.jobs`` at a time, each on its own sim bridge (ports from ``args.port0``),
+    started by ``launch_fn(job, site, args)``; a later session of a task reuses the first one's base evaluation.
+    -> each session's ``collect`` result, in the order they finished."""
+    sites = [site_with_ports(os.path.join(work, f"site{i}.yaml"), args.port0 + 20 * i) for i in range(args.jobs)]
+    running: dict[int, tuple[dict, subprocess.Popen]] = {}
+    pending, done = list(jobs), []
+    t_start = time.perf_counter()
+    while pending or running:
+        for slot in range(args.jobs):
+            if slot not in running and pending:
+                job = pending.pop(0)
+                reuse_base(job, done)
+                running[slot] = (job, launch_fn(job, sites[slot], args))
+                print(f"[{time.perf_counter() - t_start:7.0f} s] start {job['task']} {job['method']} seed {job['seed']}",
+                      flush=True)
+        for slot, (job, proc) in list(running.items()):
+            if proc.poll() is not None:
+                job["returncode"], job["wall_s"] = proc.returncode, time.perf_counter() - job["t0"]
+                r = collect(job)
+                done.append(r)
+                del running[slot]
+                msg = f"final {r['final']:.0%} (base {r['base']:.0%})" if "final" in r else f"FAILED rc={proc.returncode}"
+                print(f"[{time.perf_counter() - t_start:7.0f} s] done  {job['task']} {job['method']} seed {job['seed']}: "
+                      f"{msg}, {job['wall_s']:.0f} s", flush=True)
+        time.sleep(1.0)
+    return done
 
 
 def main(argv=None) -> int:
@@ -238,28 +270,8 @@ def main(argv=None) -> int:
     os.makedirs(work, exist_ok=True)
     jobs = [{"task": t, "method": m, "seed": s, "out": os.path.join(work, f"{t}-{m}-s{s}")}
             for t in args.tasks for s in range(args.seeds) for m in args.methods]
-    sites = [site_with_ports(os.path.join(work, f"site{i}.yaml"), args.port0 + 20 * i) for i in range(args.jobs)]
-    running: dict[int, tuple[dict, subprocess.Popen]] = {}
-    pending, done = list(jobs), []
     t_start = time.perf_counter()
-    while pending or running:
-        for slot in range(args.jobs):
-            if slot not in running and pending:
-                job = pending.pop(0)
-                reuse_base(job, done)
-                running[slot] = (job, launch(job, sites[slot], args))
-                print(f"[{time.perf_counter() - t_start:7.0f} s] start {job['task']} {job['method']} seed {job['seed']}",
-                      flush=True)
-        for slot, (job, proc) in list(running.items()):
-            if proc.poll() is not None:
-                job["returncode"], job["wall_s"] = proc.returncode, time.perf_counter() - job["t0"]
-                r = collect(job)
-                done.append(r)
-                del running[slot]
-                msg = f"final {r['final']:.0%} (base {r['base']:.0%})" if "final" in r else f"FAILED rc={proc.returncode}"
-                print(f"[{time.perf_counter() - t_start:7.0f} s] done  {job['task']} {job['method']} seed {job['seed']}: "
-                      f"{msg}, {job['wall_s']:.0f} s", flush=True)
-        time.sleep(1.0)
+    done = run_jobs(jobs, work, args, launch)
     summary = summarize(done)
     goals = {}
     for task, ms in summary.items():

@@ -77,40 +77,6 @@ def first_ticks(curve: list, level: float) -> int | None:
     return next((int(t) for t, r in curve[1:] if r >= level), None)
 
 
-def plot(rows: list[dict], summary: dict, path: pathlib.Path, title: str) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    tasks = list(summary)
-    fig, axes = plt.subplots(1, max(1, len(tasks)), figsize=(5.2 * max(1, len(tasks)), 3.8), squeeze=False)
-    for ax, task in zip(axes[0], tasks):
-        base = None
-        for method in METHODS:
-            runs = [r for r in rows if r["task"] == task and r["method"] == method and "curve" in r]
-            if not runs:
-                continue
-            grid = np.array(sorted({t for r in runs for t, _ in r["curve"]}))
-            ys = np.stack([np.interp(grid, [t for t, _ in r["curve"]], [v for _, v in r["curve"]]) for r in runs]) * 100
-            ax.plot(grid, ys.mean(0), color=COLORS[method], lw=2, label=f"{method} (n={len(runs)})")
-            ax.fill_between(grid, ys.min(0), ys.max(0), color=COLORS[method], alpha=0.15)
-            base = np.mean([r["base"] for r in runs]) * 100
-        if base is not None:
-            ax.axhline(base, color="k", ls="--", lw=1, label=f"base VLA {base:.0f}%")
-        ax.axhline(GOAL["success"] * 100, color="g", ls=":", lw=1, label="goal 90%")
-        ax.set_title(task, fontsize=10)
-        ax.set_xlabel("environment steps (control ticks)")
-        ax.set_ylabel("eval success (%)")
-        ax.set_ylim(-3, 103)
-        ax.grid(alpha=0.3)
-        ax.legend(fontsize=7)
-    fig.suptitle(title, fontsize=9)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-
-
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--checkpoint", required=True, help="the frozen VLA (a `vla train` run or checkpoint)")
@@ -148,32 +114,12 @@ def main(argv=None) -> int:
     os.makedirs(work, exist_ok=True)
     jobs = [{"task": t, "method": m, "seed": s, "out": os.path.join(work, f"{t}-{m}-s{s}")}
             for t in args.tasks for s in range(args.seeds) for m in args.methods]
-    sites = [dsrl_bench.site_with_ports(os.path.join(work, f"site{i}.yaml"), args.port0 + 20 * i)
-             for i in range(args.jobs)]
-    running: dict[int, tuple[dict, subprocess.Popen]] = {}
-    pending, done = list(jobs), []
     t_start = time.perf_counter()
-    while pending or running:
-        for slot in range(args.jobs):
-            if slot not in running and pending:
-                job = pending.pop(0)
-                dsrl_bench.reuse_base(job, done)
-                running[slot] = (job, launch(job, sites[slot], args))
-                print(f"[{time.perf_counter() - t_start:7.0f} s] start {job['task']} {job['method']} seed {job['seed']}",
-                      flush=True)
-        for slot, (job, proc) in list(running.items()):
-            if proc.poll() is not None:
-                job["returncode"], job["wall_s"] = proc.returncode, time.perf_counter() - job["t0"]
-                r = dsrl_bench.collect(job)
-                if "curve" in r:
-                    r["first_ticks"] = {f"{int(lv * 100)}%": first_ticks(r["curve"], lv) for lv in LEVELS}
-                    r["ticks_per_s"] = r["ticks"] / r["wall_s"]
-                done.append(r)
-                del running[slot]
-                msg = f"final {r['final']:.0%} (base {r['base']:.0%})" if "final" in r else f"FAILED rc={proc.returncode}"
-                print(f"[{time.perf_counter() - t_start:7.0f} s] done  {job['task']} {job['method']} seed {job['seed']}: "
-                      f"{msg}, {job['wall_s']:.0f} s", flush=True)
-        time.sleep(1.0)
+    done = dsrl_bench.run_jobs(jobs, work, args, launch)
+    for r in done:
+        if "curve" in r:
+            r["first_ticks"] = {f"{int(lv * 100)}%": first_ticks(r["curve"], lv) for lv in LEVELS}
+            r["ticks_per_s"] = r["ticks"] / r["wall_s"]
     summary = dsrl_bench.summarize(done)
     for task, ms in summary.items():
         for method, m in ms.items():
@@ -200,10 +146,11 @@ def main(argv=None) -> int:
     args.out.mkdir(parents=True, exist_ok=True)
     with open(args.out / f"{args.name}.json", "w") as f:
         json.dump(res, f, indent=2)
-    plot(done, summary, args.out / f"{args.name}.png",
+    dsrl_bench.plot(done, summary, args.out / f"{args.name}.png",
          f"residual RL vs DSRL-NA vs SAC on raw actions, frozen VLA, {args.total_ticks} ticks, exec {args.exec_steps}, "
          f"{args.seeds} seed(s), {args.eval_episodes} eval episodes"
-         + (", ORACLE residual input (sim object poses)" if args.encoder == "oracle" else ""))
+         + (", ORACLE residual input (sim object poses)" if args.encoder == "oracle" else ""),
+         methods=METHODS, colors=COLORS)
     for task, ms in summary.items():
         for method, m in ms.items():
             print(f"{task:<18} {method:<9} final {m['final_mean']:.0%} [{m['final_min']:.0%}, {m['final_max']:.0%}] "

@@ -72,3 +72,33 @@ def embed_dim(vla) -> int:
         return int(vla.embed_dim)
     except (AttributeError, NotImplementedError):
         return int(getattr(getattr(vla, "cfg", None), "cond_dim", 0))  # a VLA from before the handle
+
+
+def split_refusal(cfg) -> str | None:
+    """Why a session whose agent reads ``cfg.encoder`` cannot be split into actor / learner (None: it can): the
+    link carries the VLA's features, not camera frames or simulator state."""
+    if cfg.encoder != "vla":
+        return (f"--encoder {cfg.encoder} runs with --role local only (in-process only): the actor / learner link "
+                "carries the VLA's features, not camera frames (use --encoder vla to split the session)")
+    return None
+
+
+def encoder_inputs(obs: dict, obs_spec: dict, cameras: list[str], image_size: int) -> dict[str, torch.Tensor]:
+    """A batch of one of what an agent's encoder reads from an env observation: each of ``cameras`` resized to
+    ``image_size`` (uint8), the robot ``state`` and the ``privileged`` object poses where ``obs_spec`` holds them."""
+    import numpy as np
+
+    from vla.models.encoders import resize_uint8
+
+    out: dict[str, torch.Tensor] = {}
+    for cam in cameras:
+        img = torch.from_numpy(np.array(obs["images"][cam]))[None]  # a copy: camera frames may be read-only
+        out[cam] = resize_uint8(img, image_size)
+    if "state" in obs_spec:
+        out["state"] = torch.from_numpy(np.asarray(obs["state"], np.float32))[None]
+    if "privileged" in obs_spec:
+        if "privileged" not in obs:
+            raise ValueError("encoder 'oracle': the observation has no `privileged` field (make the sim task env "
+                             "with privileged=True)")
+        out["privileged"] = torch.from_numpy(np.asarray(obs["privileged"], np.float32))[None]
+    return out

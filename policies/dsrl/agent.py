@@ -66,7 +66,7 @@ from policies.base import Act, Agent, check_handles
 from policies.common.sac import SAC, EnsembleCritic
 from policies.common.vla_features import SelectFeatures as _Select, SelectPrivileged as _SelectPrivileged
 from policies.common.vla_features import camera_layout as _camera_layout, embed_dim as _embed_dim
-from policies.common.vla_features import summary_dim as _summary_dim
+from policies.common.vla_features import encoder_inputs, split_refusal as _split_refusal, summary_dim as _summary_dim
 from policies.dsrl.config import ENCODERS, VARIANTS, DSRLConfig  # noqa: F401
 
 
@@ -211,10 +211,7 @@ class DSRLAgent(Agent):
 
     @classmethod
     def split_refusal(cls, cfg: DSRLConfig) -> str | None:
-        if cfg.encoder != "vla":
-            return (f"--encoder {cfg.encoder} runs with --role local only (in-process only): the actor / learner link "
-                    "carries the VLA's features, not camera frames (use --encoder vla to split the session)")
-        return None
+        return _split_refusal(cfg)
 
     def observe(self, obs: dict) -> dict[str, torch.Tensor]:
         """The VLA's features of ``obs`` (always, under ``feat``: the VLA denoises from them) and, for
@@ -225,19 +222,7 @@ class DSRLAgent(Agent):
 
     def observe_with(self, obs: dict, feat: torch.Tensor) -> dict[str, torch.Tensor]:
         """``observe`` for an observation whose VLA features ``feat`` [1, D] are known already."""
-        from vla.models.encoders import resize_uint8
-
-        out = {}
-        for cam in self.cameras:
-            img = torch.from_numpy(np.array(obs["images"][cam]))[None]  # a copy: camera frames may be read-only
-            out[cam] = resize_uint8(img, self.cfg.image_size)
-        if "state" in self.obs_spec:
-            out["state"] = torch.from_numpy(np.asarray(obs["state"], np.float32))[None]
-        if "privileged" in self.obs_spec:
-            if "privileged" not in obs:
-                raise ValueError("encoder 'oracle': the observation has no `privileged` field (make the sim task env "
-                                 "with privileged=True)")
-            out["privileged"] = torch.from_numpy(np.asarray(obs["privileged"], np.float32))[None]
+        out = encoder_inputs(obs, self.obs_spec, self.cameras, self.cfg.image_size)
         out["feat"] = feat
         return out
 

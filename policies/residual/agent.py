@@ -52,7 +52,8 @@ from policies.base import Act, Agent, check_handles
 from policies.common.encoders import SmallImageStateEncoder, count_parameters, shift_observations
 from policies.common.replay import ReplayBuffer, sample_mixed
 from policies.common.sac import EnsembleCritic
-from policies.common.vla_features import SelectFeatures, SelectPrivileged, camera_layout, embed_dim, summary_dim
+from policies.common.vla_features import SelectFeatures, SelectPrivileged, camera_layout, embed_dim, encoder_inputs
+from policies.common.vla_features import split_refusal as _split_refusal, summary_dim
 from policies.residual.config import ResidualConfig
 
 
@@ -152,10 +153,7 @@ class ResidualAgent(Agent):
 
     @classmethod
     def split_refusal(cls, cfg: ResidualConfig) -> str | None:
-        if cfg.encoder != "vla":
-            return (f"--encoder {cfg.encoder} runs with --role local only (in-process only): the actor / learner link "
-                    "carries the VLA's features, not camera frames (use --encoder vla to split the session)")
-        return None
+        return _split_refusal(cfg)
 
     def parameter_counts(self) -> dict[str, int]:
         n = {"encoder": count_parameters(self.encoder), "actor": count_parameters(self.actor),
@@ -188,19 +186,7 @@ class ResidualAgent(Agent):
 
     def observe_with(self, obs: dict, feat: torch.Tensor) -> dict[str, torch.Tensor]:
         """``observe`` for an observation whose VLA features ``feat`` [1, D] are known already."""
-        from vla.models.encoders import resize_uint8
-
-        out: dict[str, torch.Tensor] = {}
-        for cam in self.cameras:
-            img = torch.from_numpy(np.array(obs["images"][cam]))[None]  # a copy: camera frames may be read-only
-            out[cam] = resize_uint8(img, self.cfg.image_size)
-        if "state" in self.obs_spec:
-            out["state"] = torch.from_numpy(np.asarray(obs["state"], np.float32))[None]
-        if "privileged" in self.obs_spec:
-            if "privileged" not in obs:
-                raise ValueError("encoder 'oracle': the observation has no `privileged` field (make the sim task env "
-                                 "with privileged=True)")
-            out["privileged"] = torch.from_numpy(np.asarray(obs["privileged"], np.float32))[None]
+        out = encoder_inputs(obs, self.obs_spec, self.cameras, self.cfg.image_size)
         if "feat" in self.obs_spec:
             out["feat"] = feat[:, : self.summary_dim].float()
         out["base"] = self.base_chunk(feat)
