@@ -104,10 +104,7 @@ def launch(job: dict, site: str, args) -> subprocess.Popen:
         cmd += ["--encoder", args.encoder]
     if args.demos and METHODS[job["method"]][0] == "na":  # only NA has an action critic for demos to train
         cmd += ["--demos", args.demos.format(task=job["task"])]
-    log = open(job["out"] + ".log", "w")
-    job["t0"] = time.perf_counter()
-    return subprocess.Popen(cmd, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT,
-                            env={**os.environ, "MUJOCO_GL": os.environ.get("MUJOCO_GL", "egl")})
+    return start_session(cmd, job)
 
 
 def collect(job: dict) -> dict:
@@ -127,6 +124,7 @@ def collect(job: dict) -> dict:
     curve = [(0, s["base_success_rate"])] + [(e["total_ticks"], e["success_rate"]) for e in evals]
     curve.append((s["ticks"], s["final_success_rate"]))
     reached = next((t for t, r in curve[1:] if r >= GOAL["success"]), None)
+    res.update(steps=s["steps"], update_rounds=s.get("update_rounds"), updates=s.get("updates", "lockstep"))
     res.update(base=s["base_success_rate"], final=s["final_success_rate"], ticks=s["ticks"], curve=curve,
                first_tick_at_90=reached, vla_weights_unchanged=s["vla_weights_unchanged"])
     return res
@@ -195,6 +193,59 @@ def plot(rows: list[dict], summary: dict, path: pathlib.Path, title: str, method
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)
+
+
+class SplitSession:
+    """A `vla rl` session as a learner process and an actor process on loopback (``--updates async`` needs the
+    split), with ``Popen``'s ``poll`` / ``returncode`` so that ``run_jobs`` runs it like a local session: done when
+    both have exited, failed when either fails (the other is then stopped)."""
+
+    def __init__(self, session_cmd: list[str], out: str, learner_port: int) -> None:
+        env = {**os.environ, "MUJOCO_GL": os.environ.get("MUJOCO_GL", "egl")}
+        endpoint = f"tcp://127.0.0.1:{learner_port}"
+        self.log = open(out + ".log", "w")
+        self.actor_log = open(out + ".actor.log", "w")
+        self.learner = subprocess.Popen([*session_cmd, "--role", "learner", "--bind", endpoint], cwd=ROOT,
+                                        stdout=self.log, stderr=subprocess.STDOUT, env=env)
+        self.actor = subprocess.Popen([sys.executable, "-m", "vla.cli", "rl", "--role", "actor", "--learner", endpoint,
+                                       "--serve", "always", "--threads", "1"], cwd=ROOT, stdout=self.actor_log,
+                                      stderr=subprocess.STDOUT, env=env)
+        self.returncode: int | None = None
+
+    def poll(self) -> int | None:
+        codes = [self.learner.poll(), self.actor.poll()]
+        if any(c not in (None, 0) for c in codes):
+            for p in (self.learner, self.actor):
+                if p.poll() is None:
+                    p.terminate()
+                    p.wait(30)
+            codes = [self.learner.returncode, self.actor.returncode]
+            self.returncode = next(c for c in codes if c not in (None, 0))
+        elif all(c == 0 for c in codes):
+            self.returncode = 0
+        if self.returncode is not None:
+            self.log.close()
+            self.actor_log.close()
+        return self.returncode
+
+
+def free_port() -> int:
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def start_session(cmd: list[str], job: dict, updates: str = "lockstep"):
+    """Start the `vla rl` session ``cmd`` (no --role) for ``job``: in one process (lockstep), or as learner +
+    actor with ``--updates async``. -> a ``Popen``-like handle; the log is ``job["out"] + ".log"``."""
+    env = {**os.environ, "MUJOCO_GL": os.environ.get("MUJOCO_GL", "egl")}
+    job["t0"] = time.perf_counter()
+    if updates == "async":
+        return SplitSession([*cmd, "--updates", "async"], job["out"], free_port())
+    log = open(job["out"] + ".log", "w")
+    return subprocess.Popen(cmd, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, env=env)
 
 
 def run_jobs(jobs: list[dict], work: str, args, launch_fn) -> list[dict]:

@@ -62,15 +62,12 @@ def launch(job: dict, site: str, args) -> subprocess.Popen:
            "--serve", "always", "--videos", "0"]
     if m == "residual":
         cmd += ["--utd", str(args.utd), "--residual-bound", str(args.residual_bound), "--rows", args.rows,
-                "--encoder", args.encoder]
+                "--encoder", args.encoder, "--n-step", str(args.n_step)]
     else:
         cmd += ["--utd", str(args.dsrl_utd), "--distill-steps", str(args.distill_steps)]
     if args.demos and m in ("residual", "dsrl-na"):  # the methods whose critic reads executed chunks
         cmd += ["--demos", args.demos.format(task=job["task"])]
-    log = open(job["out"] + ".log", "w")
-    job["t0"] = time.perf_counter()
-    return subprocess.Popen(cmd, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT,
-                            env={**os.environ, "MUJOCO_GL": os.environ.get("MUJOCO_GL", "egl")})
+    return dsrl_bench.start_session(cmd, job, args.updates)
 
 
 def first_ticks(curve: list, level: float) -> int | None:
@@ -88,6 +85,7 @@ def main(argv=None) -> int:
     ap.add_argument("--utd", type=int, default=4, help="residual: critic steps per macro-step")
     ap.add_argument("--residual-bound", type=float, default=0.1)
     ap.add_argument("--rows", choices=("each", "shared"), default="each")
+    ap.add_argument("--n-step", type=int, default=1, help="residual: TD over this many macro-steps")
     ap.add_argument("--encoder", choices=("vla", "oracle", "cnn"), default="vla",
                     help="residual: what actor and critic read (oracle: + the simulator's object poses, a labelled "
                          "diagnostic of whether the VLA's features are what limits the correction)")
@@ -100,6 +98,9 @@ def main(argv=None) -> int:
     ap.add_argument("--eval-episodes", type=int, default=20)
     ap.add_argument("--demos", default=None, metavar="PATTERN",
                     help="residual and dsrl-na: a recorded dataset per task for the demo buffer, {task} filled in")
+    ap.add_argument("--updates", choices=("lockstep", "async"), default="lockstep",
+                    help="async: each session as a learner + actor pair, the learner updating whenever it is free "
+                         "(vla rl --updates async); lockstep: one process, one update round per macro-step")
     ap.add_argument("--jobs", type=int, default=2, help="sessions run in parallel (one sim bridge each)")
     ap.add_argument("--port0", type=int, default=6100, help="session j's sim bridge uses ports port0 + 20 j ...")
     ap.add_argument("--quick", action="store_true", help="1 seed, 96 ticks, tiny updates: a smoke run")
@@ -134,9 +135,10 @@ def main(argv=None) -> int:
             goals[f"{task}/residual"] = {"goal": f">= 90% within {GOAL['ticks'] // 1000}K ticks, 3 seeds",
                                          "final_mean": m["final_mean"], "seeds": len(m["final"]), "first_tick_at_90": hits,
                                          "met": len(hits) >= 3 and all(x is not None and x <= GOAL["ticks"] for x in hits)}
-    keys = ("checkpoint", "tasks", "methods", "seeds", "total_ticks", "exec_steps", "utd", "residual_bound", "rows", "encoder",
+    keys = ("checkpoint", "tasks", "methods", "seeds", "total_ticks", "exec_steps", "utd", "residual_bound", "rows",
+            "n_step", "encoder",
             "dsrl_utd", "distill_steps", "num_critics", "batch_size", "warmup_steps", "eval_every", "eval_episodes",
-            "jobs", "demos")
+            "jobs", "demos", "updates")
     res = {"bench": "residual", "quick": args.quick, "date": _dt.datetime.now().isoformat(timespec="seconds"),
            "machine": {"cpu_count": os.cpu_count(), "platform": platform.platform()},
            "settings": {k: getattr(args, k) for k in keys}, "wall_s_total": time.perf_counter() - t_start,

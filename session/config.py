@@ -13,6 +13,7 @@ from policies import DEFAULT_METHOD
 
 EVAL_POLICIES = ("sample", "mean")
 SAFETY_LAYERS = ("none", "workspace")
+UPDATE_MODES = ("lockstep", "async")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -42,6 +43,12 @@ class RLConfig:
     TimeLimit or spec.max_episode_steps; else 200). An env that truncates itself earlier ends the episode there."""
     warmup_steps: int = 100
     """Macro-steps of the method's warm-up behaviour (e.g. the base VLA's own noise) before learning starts."""
+    updates: str = dataclasses.field(default="lockstep", metadata={"choices": UPDATE_MODES})
+    """When the learner updates. ``lockstep``: one update round per macro-step, in arrival order (a resumed
+    session continues exactly; the session runs no faster than the updates). ``async`` (split sessions,
+    --role learner / actor; SERL's learner): the learner stores transitions as they arrive and runs update
+    rounds whenever it is free, never more than lockstep would (one per macro-step after warm-up); the
+    robot acts at its own rate and the summary reports the rounds the learner afforded."""
     eval_policy: str = dataclasses.field(default="sample", metadata={"choices": EVAL_POLICIES})
     """Evaluations: ``sample`` draws the agent's action from its policy (seeded by the evaluation episode, as
     the base VLA's N(0, I) is), ``mean`` takes its mean (the deterministic action)."""
@@ -109,6 +116,8 @@ class RLConfig:
             raise ValueError(f"env must look like package.module:make_env, got {self.env!r}")
         if self.eval_policy not in EVAL_POLICIES:
             raise ValueError(f"eval_policy must be 'sample' or 'mean', got {self.eval_policy!r}")
+        if self.updates not in UPDATE_MODES:
+            raise ValueError(f"updates must be one of {', '.join(UPDATE_MODES)}, got {self.updates!r}")
         if self.reset_timeout_s <= 0:
             raise ValueError(f"reset_timeout_s must be positive, got {self.reset_timeout_s}")
         if self.safety not in SAFETY_LAYERS:

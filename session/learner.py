@@ -15,9 +15,9 @@ import zmq
 from robot_io.security import CurveKeys, secure_server_socket
 from robot_io.wire import Message, ProtocolError, encode
 from session.config import RLConfig
-from session.protocol import (ACTOR_TYPES, EVAL_KINDS, FINISH_GRACE_S, FINISH_QUIET_S, TAKEOVER_S, RemoteRLError,
-                              Transition, TransitionSpec, _check_eval, _msg, check_splits, check_transition,
-                              error_reply, field, params_message, unpack)
+from session.protocol import (ACTOR_TYPES, EVAL_KINDS, FINISH_GRACE_S, FINISH_QUIET_S, PUSH_EVERY_S, TAKEOVER_S,
+                              RemoteRLError, Transition, TransitionSpec, _check_eval, _msg, check_splits,
+                              check_transition, error_reply, field, params_message, unpack)
 
 
 class Learner:
@@ -69,6 +69,7 @@ class Learner:
         s.on_update = self.log.update
         self.t0 = time.perf_counter()
         self.bar = None
+        self.asynchronous = cfg.updates == "async"
 
     # -- the loop ---------------------------------------------------------------------------------
     def serve(self, stop: threading.Event | None = None) -> dict[str, Any] | None:
@@ -95,14 +96,25 @@ class Learner:
 
     def step(self, timeout_s: float = 0.0) -> None:
         """Take in every waiting message (waiting up to ``timeout_s`` when there is nothing to
-        learn), then learn from one queued item."""
-        timeout_ms = 0 if self.inbox else int(timeout_s * 1000)
+        learn), then learn from one queued item (``updates`` lockstep), or store every queued item
+        and run one update round if one is due (``updates`` async)."""
+        busy = bool(self.inbox) or self._round_due()
+        timeout_ms = 0 if busy else int(timeout_s * 1000)
         for _ in range(10_000):
             if not self.sock.poll(timeout_ms):
                 break
             self._receive(self.sock.recv_multipart(copy=False))
             timeout_ms = 0
-        if self.inbox:
+        if self.asynchronous:
+            while self.inbox:
+                self._process(*self.inbox.popleft())
+            if self._round_due():
+                self._learn()
+            elif self.sess.ticks >= self.cfg.total_ticks:
+                self.push_params()  # the last rounds are done: the actor's final evaluation waits for these
+            elif time.monotonic() - self.pushed_at > PUSH_EVERY_S:
+                self.push_params()
+        elif self.inbox:
             self._process(*self.inbox.popleft())
         if self.actor_id is not None and not self.actor_silence_warned and time.monotonic() - self.actor_heard > 60:
             print(f"learner: no word from actor {self.actor_id} for 60 s; waiting for it (or a new one)", flush=True)
@@ -218,9 +230,8 @@ class Learner:
             s.store(t.tr)
             s.step += 1
             s.ticks += t.ticks
-            losses = s.learn()
-            if losses:
-                self.losses = losses
+            if not self.asynchronous:
+                self._learn()
             if t.episode_end:
                 from session.runner import end_episode
 
@@ -236,6 +247,18 @@ class Learner:
             self._log_eval(item)
         elif kind == "bye":
             self._finish(*item)
+
+    def _round_due(self) -> bool:
+        """``updates`` async: is an update round owed? One per stored macro-step after warm-up, as
+        lockstep would take (``agent.updates`` counts them), and none once the session's ticks are in."""
+        s = self.sess
+        return (self.asynchronous and s.ticks < self.cfg.total_ticks and s.step >= self.cfg.warmup_steps
+                and len(s.online) >= 2 and s.agent.updates < s.step - self.cfg.warmup_steps + 1)
+
+    def _learn(self) -> None:
+        losses = self.sess.learn()
+        if losses:
+            self.losses = losses
 
     def _log_eval(self, ev: dict[str, Any]) -> None:
         if ev["kind"] == "base":

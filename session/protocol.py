@@ -153,6 +153,9 @@ TAKEOVER_S = 10.0
 FINISH_GRACE_S = 12.0
 """After the session finished, the learner keeps answering (finished acks) for at most this long
 (longer than the actor's 5 s bye resend, so a lost finished ack is always followed by another)..."""
+PUSH_EVERY_S = 1.0
+"""``updates`` async: the learner pushes new parameters at least this often (and at every episode end); the
+actor loads the newest at its next episode boundary."""
 FINISH_QUIET_S = 3.0
 """...or, once it has sent a finished ack, until the actor has been quiet this long: an actor that
 has heard ``finished`` closes its link and stops heart-beating, while one whose ack was lost keeps

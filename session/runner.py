@@ -421,13 +421,19 @@ class RunLog:
         from torch.utils.tensorboard import SummaryWriter
 
         self.out = out
+        self.t0 = time.perf_counter()
         self.tb = SummaryWriter(os.path.join(out, "tb"), purge_step=ticks or None)
 
-    def episode(self, episode: int, seed: int, r: dict[str, Any], total_ticks: int, step: int) -> dict[str, Any]:
-        """Log one finished episode (``r``: success, ticks, return, interventions, losses)."""
+    def episode(self, episode: int, seed: int, r: dict[str, Any], total_ticks: int, step: int,
+                update_rounds: int | None = None) -> dict[str, Any]:
+        """Log one finished episode (``r``: success, ticks, return, interventions, losses; ``update_rounds``: the
+        agent's update rounds so far). ``wall_s``: seconds since this process opened the log (the session's
+        rate: ``bench/rl_throughput.py``)."""
         losses = r.get("losses", {})
         rec = {"episode": episode, "seed": seed, "success": r["success"], "ticks": r["ticks"], "return": r["return"],
-               "interventions": r["interventions"], "total_ticks": total_ticks, "step": step, **losses}
+               "interventions": r["interventions"], "total_ticks": total_ticks, "step": step,
+               "wall_s": round(time.perf_counter() - self.t0, 3),
+               **({} if update_rounds is None else {"update_rounds": int(update_rounds)}), **losses}
         if "safety" in r:
             rec["safety"] = r["safety"]
             self.tb.add_scalar("safety/lambda_mean", r["safety"]["lambda_mean"], total_ticks)
@@ -482,6 +488,7 @@ def write_summary(sess: Session, base_rate: float | None, final: dict[str, Any] 
                "agent_parameters": sess.agent.parameter_counts(),
                "vla_weights_sha256_before": sess.digest_before, "vla_weights_sha256_after": digest_after,
                "vla_weights_unchanged": sess.digest_before == digest_after,
+               "updates": sess.cfg.updates, "update_rounds": sess.agent.updates,
                "update_diagnostics": update_diagnostics(sess.cfg.out),
                "safety": None if sess.safety is None else sess.safety.describe(), **extra}
     with open(os.path.join(sess.cfg.out, "summary.json"), "w") as f:
@@ -502,7 +509,7 @@ def end_episode(sess: Session, seed: int, r: dict[str, Any], log: RunLog | None 
     episode = sess.episode
     sess.episode += 1
     if log is not None:
-        log.episode(episode, seed, r, sess.ticks, sess.step)
+        log.episode(episode, seed, r, sess.ticks, sess.step, update_rounds=sess.agent.updates)
     if report_eval is not None and cfg.eval_every and sess.episode % cfg.eval_every == 0:
         report_eval(episode, sess.ticks, sess.evaluate(cfg.eval_episodes, cfg.eval_seed_start))
     if save is not None and sess.episode % cfg.checkpoint_every == 0:
@@ -519,6 +526,10 @@ def run_session(cfg: RLConfig, env, vla, resume: bool = False, operator: Operato
 
     from vla.evaluate import write_video
 
+    if cfg.updates != "lockstep":
+        raise ValueError(f"updates {cfg.updates!r} runs the learner in its own process: start the session with "
+                         "`vla rl --role learner ...` and its actor with `vla rl --role actor --learner ENDPOINT` "
+                         "(an in-process session updates in lockstep)")
     start_run(cfg, resume)
     sess = Session(cfg, env, vla, operator=operator, progress=progress)
     open_session(sess, resume)

@@ -491,3 +491,57 @@ def test_cnn_encoder_is_refused_by_the_split_session(tmp_path, capsys):
     assert not (tmp_path / "run").exists()
     with pytest.raises(ValueError, match="encoder must be one of"):
         RLConfig.flat(checkpoint="x", out="o", task="pick_red_cube", encoder="resnet")
+
+
+def test_async_updates_the_robot_acts_at_its_own_rate_and_the_learner_never_outruns_lockstep(
+        tiny_vla, tmp_path, sim_client):
+    """--updates async: a learner whose update rounds are slow (0.4 s each) does not hold the actor back: the
+    session's ticks are all spent while the learner has done fewer rounds than lockstep would; it never does more
+    (one per macro-step after warm-up), and the actor's final evaluation uses the learner's last parameters."""
+    from session.actor import run_actor
+    from vla.envs import task_env
+    from vla.models import load_vla
+
+    ln = Learner(_cfg(tiny_vla, tmp_path / "run", total_ticks=160, updates="async"), load_vla(tiny_vla),
+                 bind="tcp://127.0.0.1:*", progress=False)
+    update = ln.sess.agent.update
+    rounds_at: list[int] = []  # the stored macro-steps when each round ran
+
+    def slow_update(*a, **kw):
+        rounds_at.append(ln.sess.step)
+        time.sleep(0.4)
+        return update(*a, **kw)
+
+    ln.sess.agent.update = slow_update
+    out: dict = {}
+    th = threading.Thread(target=lambda: out.update(summary=ln.serve()), daemon=True)
+    th.start()
+    summary = run_actor(ActorConfig(learner=ln.endpoint, learner_timeout_s=20, heartbeat_s=0.1),
+                        make_env=lambda cfg: task_env(sim_client, cfg.task), load_vla=lambda cfg: load_vla(tiny_vla),
+                        progress=False)
+    th.join(timeout=30)
+    assert not th.is_alive()
+    s = out["summary"]
+    steps, warmup = s["steps"], SMALL["warmup_steps"]
+    assert summary["ticks"] == s["ticks"] == 160 and steps == 20
+    assert s["updates"] == "async" and s["update_rounds"] == len(rounds_at) >= 1
+    assert s["update_rounds"] < steps - warmup + 1  # the actor did not wait for the rounds lockstep owes
+    assert all(n - warmup + 1 >= i + 1 for i, n in enumerate(rounds_at))  # never ahead of the data
+    assert summary["params_version"] == s["update_rounds"]  # the final evaluation's parameters are the last ones
+    eps = [json.loads(x) for x in open(tmp_path / "run/episodes.jsonl")]
+    assert [e["update_rounds"] for e in eps] == sorted(e["update_rounds"] for e in eps)
+    assert all(e["wall_s"] >= 0 for e in eps)
+
+
+def test_async_updates_need_the_split_session(tiny_vla, tmp_path, capsys):
+    from session.runner import run_session
+    from vla.cli import main
+
+    assert main(["rl", "--updates", "async", "--checkpoint", tiny_vla, "--task", "pick_red_cube",
+                 "--out", str(tmp_path / "run")]) == 2
+    assert "--role learner" in capsys.readouterr().err
+    with pytest.raises(ValueError, match="--role learner"):
+        run_session(_cfg(tiny_vla, tmp_path / "run2", updates="async"), env=None, vla=None, progress=False)
+    assert not (tmp_path / "run").exists() and not (tmp_path / "run2").exists()
+    with pytest.raises(ValueError, match="updates must be one of lockstep, async"):
+        _cfg(tiny_vla, tmp_path / "run3", updates="threads")

@@ -50,6 +50,14 @@ keeps the transitions the learner has not checkpointed and resends them when it 
 --learner-timeout seconds without a word from the learner it stops the robot and exits.
 On one machine: --bind tcp://127.0.0.1:5800 and --learner tcp://127.0.0.1:5800, no keys needed.
 
+faster sessions (--updates async, split sessions only): the learner stores transitions as they arrive and
+updates whenever it is free, never more often than lockstep (one update round per macro-step), so the robot
+acts at its own rate instead of waiting for every round; the learner and the actor each take a core.
+  vla rl --role learner --updates async --bind tcp://127.0.0.1:5800 --method residual \
+         --checkpoint vla/checkpoints/base --task pick_blue_cube --out runs/res_blue
+  vla rl --role actor --learner tcp://127.0.0.1:5800
+summary.json and episodes.jsonl give the update rounds the learner afforded (bench/rl_throughput.py).
+
 Rewards come from rewards/: the sim task's success predicate (1 at success, the episode ends), or on a
 real robot a success classifier trained with `vla reward train` (--reward classifier:DIR). Between
 real-robot episodes the arm goes home and the operator resets the scene and presses Enter (q stops,
@@ -234,6 +242,9 @@ def run(args) -> int:
             cfg = dataclasses.replace(cfg, total_ticks=total)
     else:
         cfg = _new_config(args)
+    if args.role == "local" and cfg.updates != "lockstep":
+        raise ValueError(f"--updates {cfg.updates} runs the learner in its own process: start the session with "
+                         "`vla rl --role learner ...` and its actor with `vla rl --role actor --learner ENDPOINT`")
     vla = load_vla(resolve_checkpoint(cfg.checkpoint))
     if args.role == "learner":
         from session.learner import run_learner
