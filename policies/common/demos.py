@@ -75,10 +75,16 @@ def demo_transitions(agent, roots: list[str] | tuple[str, ...], instruction: str
         batch = {"images": {c: ep.images[c][idx] for c in ep.images}, "state": ep.state[idx],
                  "instruction": [instruction] * len(idx)}
         feat = agent.embed(batch)
+        seen: dict[int, dict[str, np.ndarray]] = {}
+
         def aobs(k: int) -> dict[str, np.ndarray]:
-            o = {"images": {c: ep.images[c][k] for c in ep.images}, "state": ep.state[k]}
-            aobs = agent.observe_with(o, feat[pos[k]: pos[k] + 1])
-            return {name: aobs[name][0].numpy() for name in agent.obs_spec}
+            # once per frame: a macro-step's next_obs is the same arrays as the next one's obs, as in a session
+            # (an agent whose view draws noise, e.g. residual RL's sampled base chunk, must not draw it twice)
+            if k not in seen:
+                o = {"images": {c: ep.images[c][k] for c in ep.images}, "state": ep.state[k]}
+                view = agent.observe_with(o, feat[pos[k]: pos[k] + 1])
+                seen[k] = {name: view[name][0].numpy() for name in agent.obs_spec}
+            return seen[k]
 
         for j, (s, s2) in enumerate(zip(starts, nexts)):
             rows = ep.action[s: s + n]

@@ -142,9 +142,63 @@ class ReplayBuffer:
         batch.update({k: t(v[idx]) for k, v in self.extras.items()})
         return batch
 
-    def sample(self, batch_size: int, rng: np.random.Generator, device: torch.device | str = "cpu") -> dict[str, Any]:
-        """``batch_size`` transitions drawn uniformly with replacement, as torch tensors (see ``gather``)."""
-        return self.gather(self.indices(batch_size, rng), device)
+    def sample(self, batch_size: int, rng: np.random.Generator, device: torch.device | str = "cpu",
+               n_step: int | None = None, gamma: float = 0.99) -> dict[str, Any]:
+        """``batch_size`` transitions drawn uniformly with replacement, as torch tensors (see ``gather``);
+        with ``n_step``, as n-step transitions (``n_step_gather``: ``reward`` summed, ``next_obs`` / ``done``
+        of the last step, and ``discount``)."""
+        idx = self.indices(batch_size, rng)
+        return self.gather(idx, device) if n_step is None else self.n_step_gather(idx, n_step, gamma, device)
+
+    # -- n-step returns --------------------------------------------------------------------------
+    def continues(self, i: np.ndarray) -> np.ndarray:
+        """For ring indices ``i``: is the transition stored after ``i`` the next step of the same episode?
+        It is when ``i`` is not terminal, the slot after it holds a transition newer than ``i`` (it is not
+        the write pointer), and its ``obs`` equals ``i``'s ``next_obs`` exactly (a session stores the same
+        arrays twice; a new episode, a truncation or an overwritten slot breaks the equality). No episode
+        bookkeeping is stored, so buffers written before n-step returns existed work as they are."""
+        i = np.asarray(i)
+        j = (i + 1) % self.capacity
+        ok = (j != self.ptr) & ~self.done[i]
+        for k in self.obs_spec:
+            ok &= (self.obs[k][j] == self.next_obs[k][i]).reshape(len(i), -1).all(axis=1)
+        return ok
+
+    def n_step_returns(self, idx: np.ndarray, n: int, gamma: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """-> (the n-step reward sums float32, the ring index of each one's last step, gamma^m float32) for the
+        transitions at ``idx`` (see ``n_step_gather``)."""
+        if n < 1:
+            raise ValueError(f"n_step must be >= 1, got {n}")
+        idx = np.asarray(idx)
+        ret = self.reward[idx].astype(np.float64)
+        last = idx.copy()
+        disc = np.full(len(idx), float(gamma))
+        alive = np.ones(len(idx), bool)
+        for k in range(1, n):
+            alive &= self.continues(last)
+            if not alive.any():
+                break
+            nxt = (last[alive] + 1) % self.capacity
+            ret[alive] += gamma ** k * self.reward[nxt]
+            last[alive] = nxt
+            disc[alive] = gamma ** (k + 1)
+        return ret.astype(np.float32), last, disc.astype(np.float32)
+
+    def n_step_gather(self, idx: np.ndarray, n: int, gamma: float, device: torch.device | str = "cpu") -> dict[str, Any]:
+        """``gather(idx)`` as n-step transitions: ``reward`` = sum_{k<m} gamma^k r_{t+k} over the m <= n steps
+        that stay in the episode (stopping after a terminal one), ``next_obs`` and ``done`` those of step
+        t+m-1, ``discount`` = gamma^m (float32), so that the TD target is
+        ``reward + discount * (1 - done) * Q(next_obs, .)``. ``n = 1`` gives the one-step transitions and
+        ``discount`` = gamma."""
+        idx = np.asarray(idx)
+        ret, last, disc = self.n_step_returns(idx, n, gamma)
+        batch = self.gather(idx, device)
+        t = lambda x: torch.from_numpy(x).to(device)  # noqa: E731
+        batch["reward"] = t(ret)
+        batch["next_obs"] = {k: t(v[last]) for k, v in self.next_obs.items()}
+        batch["done"] = t(self.done[last].astype(np.float32))
+        batch["discount"] = t(disc)
+        return batch
 
     # -- persistence -----------------------------------------------------------------------------
     def save(self, path: str | os.PathLike) -> None:
@@ -195,11 +249,13 @@ class ReplayBuffer:
 
 
 def sample_mixed(online: ReplayBuffer, offline: ReplayBuffer, batch_size: int, offline_fraction: float = 0.5,
-                 rng: np.random.Generator | None = None, device: torch.device | str = "cpu") -> dict[str, Any]:
+                 rng: np.random.Generator | None = None, device: torch.device | str = "cpu",
+                 n_step: int | None = None, gamma: float = 0.99) -> dict[str, Any]:
     """RLPD's symmetric sampling: ``offline_fraction`` of the batch (rounded) from the offline
     buffer (demos, interventions), the rest from the online buffer; rows are online first.
 
-    An empty offline buffer gives an all-online batch; an empty online buffer an all-offline one.
+    An empty offline buffer gives an all-online batch; an empty online buffer an all-offline one. ``n_step``:
+    n-step transitions from each buffer (``ReplayBuffer.n_step_gather``).
     """
     if rng is None:
         raise ValueError("sample_mixed needs rng=np.random.Generator (sampling must be reproducible)")
@@ -208,13 +264,14 @@ def sample_mixed(online: ReplayBuffer, offline: ReplayBuffer, batch_size: int, o
     if online.obs_spec != offline.obs_spec or online.action_dim != offline.action_dim \
             or online.extras_spec != offline.extras_spec:
         raise ValueError("online and offline buffers hold different transitions (obs_spec, action_dim or extras)")
+    kw = {"n_step": n_step, "gamma": gamma}
     if len(offline) == 0:
-        return online.sample(batch_size, rng, device)
+        return online.sample(batch_size, rng, device, **kw)
     if len(online) == 0:
-        return offline.sample(batch_size, rng, device)
+        return offline.sample(batch_size, rng, device, **kw)
     n_off = int(round(batch_size * offline_fraction))
-    a = online.sample(batch_size - n_off, rng, device)
-    b = offline.sample(n_off, rng, device)
+    a = online.sample(batch_size - n_off, rng, device, **kw)
+    b = offline.sample(n_off, rng, device, **kw)
     return _cat(a, b)
 
 

@@ -16,8 +16,10 @@ Learning is TD3 with RLPD's critic (ResFiT's choices):
 * critics ``Q_i(s, a)`` on the *executed* chunk (not the residual): an operator's intervention or a recorded
   demonstration, which have no residual behind them, train them as they are; the base chunk is stored in
   ``obs`` and ``next_obs`` (``obs_spec["base"]``), so the TD target never re-runs the VLA:
-  ``y = r + gamma (1 - d) min_{i in K} Qbar_i(s', clip(base' + pibar(s', base') + eps))``, ``eps`` TD3's clipped
-  target smoothing, ``K`` ``critic_subset`` of the ``num_critics`` target critics;
+  ``y = R_n + gamma^m (1 - d) min_{i in K} Qbar_i(s', clip(base' + pibar(s', base') + eps))``, ``eps`` TD3's
+  clipped target smoothing, ``K`` ``critic_subset`` of the ``num_critics`` target critics, ``R_n`` the rewards of
+  the m <= ``n_step`` stored macro-steps of the episode from s, s' the observation after the last of them
+  (``ReplayBuffer.n_step_gather``; ResFiT's n-step returns);
 * the actor maximises the ensemble mean ``mean_i Q_i(s, clip(base + pi(s, base)))``, one step every
   ``actor_every`` critic steps once ``critic_warmup`` critic steps are done; target actor and critics by
   Polyak averaging;
@@ -27,8 +29,8 @@ Learning is TD3 with RLPD's critic (ResFiT's choices):
 
 Departures from ResFiT's code, each for this project's budgets (20K ticks on 2 CPU cores, not 300K steps on a
 GPU): the residual is chosen once per macro-step of ``exec_steps`` ticks from that macro-step's observation
-(ResFiT: every env step, with the base's chunk open-loop over 20 steps), so the TD backup is one-step over
-macro-steps (ResFiT: 3-step returns per env step); networks 2 x 256 (ResFiT 2 x 1024); actor lr 1e-5 (1e-6);
+(ResFiT: every env step, with the base's chunk open-loop over 20 steps), so the TD backup runs over
+macro-steps (ResFiT: 3-7-step returns per env step); networks 2 x 256 (ResFiT 2 x 1024); actor lr 1e-5 (1e-6);
 UTD 4 critic steps per macro-step (4 per env step); 1000 critic-only steps (10K). ResFiT has no mechanism that
 grows the bound with the critic's confidence; neither does this agent (a fixed ``residual_bound``).
 
@@ -257,7 +259,9 @@ class ResidualAgent(Agent):
         use_off = offline is not None and len(offline) > 0
         closs, aloss = [], []
         for _ in range(cfg.utd):
-            b = sample_mixed(online, offline, cfg.batch_size, 0.5, rng) if use_off else online.sample(cfg.batch_size, rng)
+            kw = {"n_step": cfg.n_step, "gamma": cfg.gamma}
+            b = sample_mixed(online, offline, cfg.batch_size, 0.5, rng, **kw) if use_off \
+                else online.sample(cfg.batch_size, rng, **kw)
             if cfg.encoder == "cnn" and cfg.image_pad:
                 b = shift_observations(b, cfg.image_pad, self.generator)
             s, q, loss = self._critic_step(b)
@@ -283,7 +287,7 @@ class ResidualAgent(Agent):
             a2 = self.executed(base2, (d2 + eps).clamp(-cfg.residual_bound, cfg.residual_bound))
             subset = torch.randperm(cfg.num_critics, generator=self.generator)[: cfg.critic_subset]
             q2 = self.critic_target(s2, a2, members=subset).min(dim=0).values
-            y = b["reward"] + cfg.gamma * (1.0 - b["done"]) * q2
+            y = b["reward"] + b["discount"] * (1.0 - b["done"]) * q2  # discount: gamma^(steps summed)
         s = self.encoder(b["obs"])  # with gradient: the critic's TD loss trains the cnn encoder
         q = self.critic(s, b["chunk"].reshape(len(s), -1))
         loss = ((q - y.unsqueeze(0)) ** 2).mean(dim=1).sum()

@@ -59,6 +59,10 @@ class ResidualConfig:
     gamma: float = 0.99
     """Discount per macro-step (ResFiT: 0.99 per env step with 3-step returns; here one-step TD over macro-steps of
     exec_steps ticks)."""
+    n_step: int = 1
+    """TD over n macro-steps: the critic's target sums the rewards of up to n stored steps of the episode before it
+    bootstraps (``ReplayBuffer.n_step_gather``). ResFiT's paper runs use 3-7 steps (with gamma 0.995 per env
+    step); 1 is plain one-step TD."""
     tau: float = 0.005
     """Polyak rate of the target critic and target actor (ResFiT: 0.005)."""
     num_critics: int = 10
@@ -99,7 +103,7 @@ class ResidualConfig:
                 raise ValueError(f"ResidualConfig.{name} must be >= 0, got {getattr(self, name)}")
         if self.exec_steps is not None and self.exec_steps < 1:
             raise ValueError(f"ResidualConfig.exec_steps must be >= 1 (or None: the whole chunk), got {self.exec_steps}")
-        for name in ("utd", "actor_every", "batch_size", "num_critics"):
+        for name in ("utd", "actor_every", "batch_size", "num_critics", "n_step"):
             if getattr(self, name) < 1:
                 raise ValueError(f"ResidualConfig.{name} must be >= 1, got {getattr(self, name)}")
         if self.diag_every < 0:

@@ -130,3 +130,47 @@ def test_sample_mixed_is_symmetric():
     assert (sample_mixed(empty, offline, 64, rng=rng)["reward"] >= 1000).all()
     with pytest.raises(ValueError, match="different transitions"):
         sample_mixed(online, ReplayBuffer(50, SPEC, 4), 64, rng=rng)
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_n_step_returns_follow_the_episodes_through_truncations_terminals_and_the_ring(seed):
+    """Generated episodes (random lengths, ending in a terminal or a time-limit truncation, random rewards) in a
+    ring smaller than the stream: every n-step transition the buffer gives equals the one computed from the
+    episode lists, never crossing into the next episode or into an overwritten slot."""
+    rng = np.random.default_rng(seed)
+    n, gamma, cap = 3, 0.9, 37
+    stream = []  # (obs id, reward, next obs id, done) in insertion order; ids are unique per observation
+    next_id = 0
+    for _ in range(20):
+        length, terminal = int(rng.integers(1, 8)), bool(rng.random() < 0.5)
+        ids = list(range(next_id, next_id + length + 1))
+        next_id += length + 1
+        for t in range(length):
+            stream.append((ids[t], float(rng.normal()), ids[t + 1], terminal and t == length - 1))
+    buf = ReplayBuffer(cap, {"state": ((2,), np.float32)}, action_dim=1)
+    for o, r, o2, d in stream:
+        buf.add({"state": np.array([o, -o], np.float32)}, np.zeros(1, np.float32), r,
+                {"state": np.array([o2, -o2], np.float32)}, d)
+    held = stream[-cap:]  # what the ring keeps, oldest first
+    idx = np.arange(cap)
+    b = buf.n_step_gather(idx, n, gamma)
+    for i in idx:
+        pos = (i - buf.ptr) % cap  # slot i's place among the held transitions
+        ret, disc, k = 0.0, 1.0, pos
+        for step in range(n):
+            o, r, o2, d = held[k]
+            ret += disc * r
+            disc *= gamma
+            if step == n - 1 or d or k + 1 >= len(held) or held[k + 1][0] != o2:
+                break
+            k += 1
+        assert b["reward"][i].item() == pytest.approx(ret, rel=1e-5, abs=1e-5), (seed, i)
+        assert b["discount"][i].item() == pytest.approx(disc, rel=1e-6)
+        assert b["next_obs"]["state"][i, 0].item() == held[k][2] and b["done"][i].item() == float(held[k][3])
+        assert b["obs"]["state"][i, 0].item() == held[pos][0]
+    one = buf.n_step_gather(idx, 1, gamma)  # n = 1 is the one-step transition
+    ref = buf.gather(idx)
+    assert torch.equal(one["reward"], ref["reward"]) and torch.equal(one["done"], ref["done"])
+    assert torch.allclose(one["discount"], torch.full((cap,), gamma))
+    with pytest.raises(ValueError, match="n_step must be >= 1"):
+        buf.n_step_gather(idx, 0, gamma)

@@ -165,7 +165,7 @@ def test_resume_from_state_dict_gives_the_same_updates_and_actions():
 
 @pytest.mark.parametrize("field, value", [("residual_bound", 0.0), ("rows", "every"), ("base_noise", "none"),
                                           ("exec_steps", 0), ("critic_subset", 20), ("utd", 0), ("explore_std", -1.0),
-                                          ("image_size", 50)])
+                                          ("image_size", 50), ("n_step", 0)])
 def test_bad_settings_are_refused_naming_the_field(field, value):
     with pytest.raises(ValueError, match=field):
         ResidualConfig(**{field: value})

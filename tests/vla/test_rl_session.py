@@ -266,6 +266,33 @@ def test_demos_enter_the_na_demo_buffer_as_macro_steps_with_their_outcome(tiny_v
                 progress=False).add_demos()
 
 
+def test_residual_demos_are_continuous_macro_steps_so_n_step_returns_run_through_them(tiny_vla, tiny_dataset, tmp_path):
+    """Residual RL's view of a demo frame holds a *sampled* base chunk: a macro-step's next_obs must be the next
+    one's obs (the same draw), as in a session, or n-step returns would stop after one step on every demo."""
+    from vla.models import load_vla
+    from session.runner import Session
+    from session.config import RLConfig
+
+    data = tmp_path / "demos"
+    shutil.copytree(tiny_dataset, data)
+    with open(data / "meta/vla_episodes.jsonl", "w") as f:
+        for ep, ok in [(0, True), (1, True), (2, False), (3, False)]:
+            f.write(json.dumps({"episode_index": ep, "success": ok}) + "\n")
+    cfg = RLConfig.flat(checkpoint=tiny_vla, out=str(tmp_path / "run"), method="residual", task="pick_red_cube",
+                        demos=(str(data),), exec_steps=4, n_step=3, gamma=0.5, warmup_steps=0, utd=1, batch_size=8,
+                        num_critics=2, hidden=(32,), total_ticks=64)
+    os.makedirs(cfg.out)
+    sess = Session(cfg, None, load_vla(tiny_vla), progress=False)
+    assert sess.add_demos()["transitions"] == 6  # 2 episodes x ceil(12 / 4)
+    d = sess.demo
+    for i in (0, 1, 3, 4):  # within an episode: the same arrays, the base chunk's draw included
+        np.testing.assert_array_equal(d.next_obs["base"][i], d.obs["base"][i + 1])
+    assert d.continues(np.arange(6)).tolist() == [True, True, False, True, True, False]
+    ret, last, disc = d.n_step_returns(np.array([0, 3]), 3, 0.5)
+    np.testing.assert_allclose(ret, [0.25, 0.0])  # episode 0 succeeds on its third macro-step
+    assert last.tolist() == [2, 5] and disc.tolist() == [0.125, 0.125]
+
+
 @pytest.mark.parametrize("eval_policy", ["sample", "mean"])
 def test_evaluation_noise_is_seeded_per_episode_and_the_first_policy_is_near_the_base_vla(tmp_path, eval_policy):
     """``eval_policy`` sample: an evaluation draws the agent's noise from a generator seeded by the
