@@ -256,6 +256,18 @@ def run_jobs(jobs: list[dict], work: str, args, launch_fn) -> list[dict]:
     running: dict[int, tuple[dict, subprocess.Popen]] = {}
     pending, done = list(jobs), []
     t_start = time.perf_counter()
+    for job in list(pending):  # --work of a killed bench: finished sessions are collected, unfinished ones re-run
+        summary = os.path.join(job["out"], "summary.json")
+        if os.path.isfile(summary):
+            pending.remove(job)
+            with open(summary) as f:
+                job["returncode"], job["wall_s"] = 0, json.load(f)["wall_s_this_process"]
+            done.append(collect(job))
+            print(f"kept {job['task']} {job['method']} seed {job['seed']}: finished earlier in {job['out']}", flush=True)
+        elif os.path.isdir(job["out"]):
+            print(f"re-running {job['task']} {job['method']} seed {job['seed']}: {job['out']} was left unfinished",
+                  flush=True)
+            shutil.rmtree(job["out"])
     while pending or running:
         for slot in range(args.jobs):
             if slot not in running and pending:

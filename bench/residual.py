@@ -62,7 +62,7 @@ def launch(job: dict, site: str, args) -> subprocess.Popen:
            "--serve", "always", "--videos", "0"]
     if m == "residual":
         cmd += ["--utd", str(args.utd), "--residual-bound", str(args.residual_bound), "--rows", args.rows,
-                "--encoder", args.encoder, "--n-step", str(args.n_step)]
+                "--encoder", args.encoder, "--n-step", str(args.n_step), "--residual-penalty", str(args.residual_penalty)]
     else:
         cmd += ["--utd", str(args.dsrl_utd), "--distill-steps", str(args.distill_steps)]
     if args.demos and m in ("residual", "dsrl-na"):  # the methods whose critic reads executed chunks
@@ -86,6 +86,8 @@ def main(argv=None) -> int:
     ap.add_argument("--residual-bound", type=float, default=0.1)
     ap.add_argument("--rows", choices=("each", "shared"), default="each")
     ap.add_argument("--n-step", type=int, default=1, help="residual: TD over this many macro-steps")
+    ap.add_argument("--residual-penalty", type=float, default=0.0,
+                    help="residual: the Q a residual at its bound must gain (0: off, ResFiT)")
     ap.add_argument("--encoder", choices=("vla", "oracle", "cnn"), default="vla",
                     help="residual: what actor and critic read (oracle: + the simulator's object poses, a labelled "
                          "diagnostic of whether the VLA's features are what limits the correction)")
@@ -136,7 +138,7 @@ def main(argv=None) -> int:
                                          "final_mean": m["final_mean"], "seeds": len(m["final"]), "first_tick_at_90": hits,
                                          "met": len(hits) >= 3 and all(x is not None and x <= GOAL["ticks"] for x in hits)}
     keys = ("checkpoint", "tasks", "methods", "seeds", "total_ticks", "exec_steps", "utd", "residual_bound", "rows",
-            "n_step", "encoder",
+            "n_step", "residual_penalty", "encoder",
             "dsrl_utd", "distill_steps", "num_critics", "batch_size", "warmup_steps", "eval_every", "eval_episodes",
             "jobs", "demos", "updates")
     res = {"bench": "residual", "quick": args.quick, "date": _dt.datetime.now().isoformat(timespec="seconds"),

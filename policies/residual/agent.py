@@ -301,10 +301,14 @@ class ResidualAgent(Agent):
         return s, q, loss.detach()
 
     def _actor_step(self, s: torch.Tensor, base: torch.Tensor) -> torch.Tensor:
-        """max_pi mean_i Q_i(s, clip(base + pi(s, base))) (the observation read detached)."""
+        """max_pi mean_i Q_i(s, clip(base + pi(s, base))) - residual_penalty mean((delta / b)^2) (the observation
+        read detached)."""
         self.critic.requires_grad_(False)
         try:
-            loss = -self.critic(s, self.executed(base, self.actor(s, base))).mean()
+            delta = self.actor(s, base)
+            loss = -self.critic(s, self.executed(base, delta)).mean()
+            if self.cfg.residual_penalty > 0:
+                loss = loss + self.cfg.residual_penalty * (delta / self.cfg.residual_bound).pow(2).mean()
             self.actor_opt.zero_grad(set_to_none=True)
             loss.backward()
             nn.utils.clip_grad_norm_(self.actor.parameters(), self.cfg.grad_clip)

@@ -54,6 +54,11 @@ class ResidualConfig:
     (ResFiT: 10K critic-only steps after its 10K warm-up steps). Round 1 on pick_blue_cube with 200 (and actor lr
     1e-4) pushed the residual to 88% of its bound within 300 actor steps, on a critic whose preference for it was
     0.04, and the evaluations fell from the base's 25% to 10% and 0%."""
+    residual_penalty: float = 0.0
+    """Keeps the residual at zero until the critic wants it (ours): the actor maximises
+    ``mean_i Q_i(s, base + delta) - residual_penalty * mean((delta / b)^2)``, so a residual at its full bound must
+    gain this much Q (success probability, under the 0 / 1 reward) to be worth taking, and a critic whose action
+    gradient is noise (Adam follows noise at full step size) leaves it near zero. 0: off (ResFiT)."""
     batch_size: int = 256
     """Transitions per gradient step (half from the demo buffer when it holds any: RLPD's 50 / 50)."""
     gamma: float = 0.99
@@ -98,7 +103,7 @@ class ResidualConfig:
         for name in ("residual_bound", "actor_lr", "critic_lr", "grad_clip"):
             if not getattr(self, name) > 0:
                 raise ValueError(f"ResidualConfig.{name} must be > 0, got {getattr(self, name)}")
-        for name in ("explore_std", "target_noise", "target_noise_clip", "warmup_noise"):
+        for name in ("explore_std", "target_noise", "target_noise_clip", "warmup_noise", "residual_penalty"):
             if not getattr(self, name) >= 0:
                 raise ValueError(f"ResidualConfig.{name} must be >= 0, got {getattr(self, name)}")
         if self.exec_steps is not None and self.exec_steps < 1:
