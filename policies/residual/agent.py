@@ -32,7 +32,9 @@ GPU): the residual is chosen once per macro-step of ``exec_steps`` ticks from th
 (ResFiT: every env step, with the base's chunk open-loop over 20 steps), so the TD backup runs over
 macro-steps (ResFiT: 3-7-step returns per env step); networks 2 x 256 (ResFiT 2 x 1024); actor lr 1e-5 (1e-6);
 UTD 4 critic steps per macro-step (4 per env step); 1000 critic-only steps (10K). ResFiT has no mechanism that
-grows the bound with the critic's confidence; neither does this agent (a fixed ``residual_bound``).
+grows the bound with the critic's confidence. Ours, off by default: ``residual_penalty`` p makes the actor maximise
+``Q - p mean((delta / b)^2)``, so a residual grows only where the critic's gain for it beats p (a soft bound that
+opens with the critic's confidence; TD3+BC's form with the base as the behaviour).
 
 Observation encoders (``ResidualConfig.encoder``) as DSRL's: ``vla`` (the embedding's summary columns),
 ``cnn`` (a small CNN on the frames + state, trained by the critic's TD loss, read detached by the actor; DrQ's
