@@ -240,12 +240,12 @@ def free_port() -> int:
 def start_session(cmd: list[str], job: dict, updates: str = "lockstep"):
     """Start the `vla rl` session ``cmd`` (no --role) for ``job``: in one process (lockstep), or as learner +
     actor with ``--updates async``. -> a ``Popen``-like handle; the log is ``job["out"] + ".log"``."""
-    env = {**os.environ, "MUJOCO_GL": os.environ.get("MUJOCO_GL", "egl")}
     job["t0"] = time.perf_counter()
     if updates == "async":
         return SplitSession([*cmd, "--updates", "async"], job["out"], free_port())
     log = open(job["out"] + ".log", "w")
-    return subprocess.Popen(cmd, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, env=env)
+    return subprocess.Popen(cmd, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT,
+                            env={**os.environ, "MUJOCO_GL": os.environ.get("MUJOCO_GL", "egl")})
 
 
 def run_jobs(jobs: list[dict], work: str, args, launch_fn) -> list[dict]:

@@ -199,6 +199,36 @@ def measure(env, agent, scene: int, branch: int, noises: int, continuations: int
                     "qa": None if qa is None else qa.tolist()}, noises)
 
 
+def sweep(robot: str, task: str, points: list[tuple[int, int]], setup, measure_one, describe,
+          privileged: bool = False) -> tuple[list[dict], object]:
+    """The branch-point loop of the Monte-Carlo truth benches (this one and ``residual_qtruth``): start the sim
+    bridge of ``robot``, build ``task``'s env, ``ctx = setup(env)`` (load the run), then for every (scene, branch
+    step) of ``points`` ``measure_one(env, ctx, scene, step)`` -> a row or None (the episode ended before the
+    branch), echoing ``describe(row)``. -> (the rows, ctx)."""
+    from tqdm import tqdm
+
+    from robot_io.robot import RobotClient
+    from robot_io.site import load_site
+    from vla.commands._bridge import running_bridge
+    from vla.envs import task_env
+
+    site = load_site(robot)
+    rows = []
+    with tempfile.TemporaryDirectory() as tmp, running_bridge(site, os.path.join(tmp, "bridge.log")):
+        client = RobotClient(site)
+        try:
+            env = task_env(client, task, privileged=privileged)
+            ctx = setup(env)
+            for scene, t in tqdm(points, desc="branch points", unit="state"):
+                r = measure_one(env, ctx, scene, t)
+                if r is not None:
+                    rows.append(r)
+                    tqdm.write(f"scene {scene} step {t}: {describe(r)}")
+        finally:
+            client.close()
+    return rows, ctx
+
+
 def summarise(rows: list[dict]) -> dict:
     def mean(key):
         v = [r[key] for r in rows if r[key] is not None]
@@ -284,35 +314,24 @@ def main(argv=None) -> int:
     if args.noises < 2:
         ap.error("--noises must be >= 2 (a spread needs two)")
     os.environ.setdefault("MUJOCO_GL", "egl")
-    from tqdm import tqdm
-
-    from robot_io.robot import RobotClient
-    from robot_io.site import load_site
-    from vla.commands._bridge import running_bridge
-    from vla.envs import task_env
     from vla_steerability import portable_path
 
     run_cfg = run_config(args.run)  # refused before a bridge starts
     oracle = run_cfg.agent.encoder == "oracle"  # the critic reads the sim's privileged state
-    site = load_site(args.robot)
     t0 = time.perf_counter()
-    rows = []
     args.out.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory() as tmp, running_bridge(site, os.path.join(tmp, "bridge.log")):
-        client = RobotClient(site)
-        try:
-            env = task_env(client, run_cfg.task, privileged=oracle)
-            cfg, vla, agent = load_run(args.run, observation_space=env.observation_space, cfg=run_cfg)
-            max_ticks = cfg.max_episode_ticks or env.max_ticks
-            points = [(args.seed_start + i, t) for i in range(args.scenes) for t in args.branch_steps]
-            for scene, t in tqdm(points, desc="branch points", unit="state"):
-                r = measure(env, agent, scene, t, args.noises, args.continuations, max_ticks)
-                if r is not None:
-                    rows.append(r)
-                    tqdm.write(f"scene {scene} step {t}: true p {np.round(r['p'][:-1], 2).tolist()} "
-                               f"policy {r['policy_p']:.2f}; spearman(Q^W) {r['spearman_qw']}")
-        finally:
-            client.close()
+
+    def setup(env):
+        cfg, vla, agent = load_run(args.run, observation_space=env.observation_space, cfg=run_cfg)
+        return cfg, agent, cfg.max_episode_ticks or env.max_ticks
+
+    def one(env, ctx, scene, t):
+        return measure(env, ctx[1], scene, t, args.noises, args.continuations, ctx[2])
+
+    points = [(args.seed_start + i, t) for i in range(args.scenes) for t in args.branch_steps]
+    rows, (cfg, agent, max_ticks) = sweep(args.robot, run_cfg.task, points, setup, one, privileged=oracle,
+                                          describe=lambda r: f"true p {np.round(r['p'][:-1], 2).tolist()} "
+                                          f"policy {r['policy_p']:.2f}; spearman(Q^W) {r['spearman_qw']}")
     summary = summarise(rows)
     res = {"bench": "dsrl_qtruth", "date": _dt.datetime.now().isoformat(timespec="seconds"),
            "run": portable_path(args.run), "checkpoint": portable_path(cfg.checkpoint), "task": cfg.task,

@@ -35,7 +35,6 @@ import json
 import os
 import pathlib
 import sys
-import tempfile
 import time
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
@@ -45,7 +44,7 @@ for p in (ROOT, ROOT / "bench"):
 
 import numpy as np  # noqa: E402
 
-from dsrl_qtruth import analyse, summarise  # noqa: E402  (the same figures as for DSRL's noise)
+from dsrl_qtruth import analyse, summarise, sweep  # noqa: E402  (the same figures and loop as for DSRL's noise)
 
 
 def load_run(run: str, observation_space=None):
@@ -191,32 +190,17 @@ def main(argv=None) -> int:
     if args.residuals < 2:
         ap.error("--residuals must be >= 2 (a spread needs two)")
     os.environ.setdefault("MUJOCO_GL", "egl")
-    from tqdm import tqdm
-
-    from robot_io.robot import RobotClient
-    from robot_io.site import load_site
-    from vla.commands._bridge import running_bridge
-    from vla.envs import task_env
     from vla_steerability import portable_path
 
     cfg, agent = load_run(args.run)  # refused before a bridge starts
-    site = load_site(args.robot)
     t0 = time.perf_counter()
-    rows = []
-    with tempfile.TemporaryDirectory() as tmp, running_bridge(site, os.path.join(tmp, "bridge.log")):
-        client = RobotClient(site)
-        try:
-            env = task_env(client, cfg.task)
-            max_ticks = cfg.max_episode_ticks or env.max_ticks
-            points = [(args.seed_start + i, t) for i in range(args.scenes) for t in args.branch_steps]
-            for scene, t in tqdm(points, desc="branch points", unit="state"):
-                r = measure(env, agent, scene, t, args.residuals, args.continuations, max_ticks)
-                if r is not None:
-                    rows.append(r)
-                    tqdm.write(f"scene {scene} step {t}: true p {np.round(r['p'][:args.residuals], 2).tolist()} "
-                               f"zero {r['zero_p']:.2f} policy {r['policy_p']:.2f}; spearman(Q) {r['spearman_qw']}")
-        finally:
-            client.close()
+    points = [(args.seed_start + i, t) for i in range(args.scenes) for t in args.branch_steps]
+    rows, max_ticks = sweep(
+        args.robot, cfg.task, points, setup=lambda env: cfg.max_episode_ticks or env.max_ticks,
+        measure_one=lambda env, max_ticks, scene, t: measure(env, agent, scene, t, args.residuals,
+                                                             args.continuations, max_ticks),
+        describe=lambda r: f"true p {np.round(r['p'][:args.residuals], 2).tolist()} zero {r['zero_p']:.2f} "
+                           f"policy {r['policy_p']:.2f}; spearman(Q) {r['spearman_qw']}")
     summary = summarise(rows)
     summary["zero_p"] = float(np.mean([r["zero_p"] for r in rows])) if rows else None
     summary["random_p"] = float(np.mean([np.mean(r["p"][:args.residuals]) for r in rows])) if rows else None
