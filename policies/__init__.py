@@ -15,6 +15,7 @@ from typing import Any
 REGISTRY: dict[str, tuple[Any, Any]] = {
     "dsrl": ("policies.dsrl.agent:DSRLAgent", "policies.dsrl.config:DSRLConfig"),
     "residual": ("policies.residual.agent:ResidualAgent", "policies.residual.config:ResidualConfig"),
+    "sarl": ("policies.sarl.agent:SARLAgent", "policies.sarl.config:SARLConfig"),
 }
 DEFAULT_METHOD = "dsrl"
 """The method of a session that names none."""

@@ -121,6 +121,31 @@ class Agent:
         report. Default: the method takes none."""
         raise ValueError(f"method {self.name!r} takes no recorded demos")
 
+    # -- optional hooks (defaults do nothing) -------------------------------------------------------
+    def bind(self, task: Any = None, instruction: str | None = None) -> None:
+        """The session's task, once, before anything else: ``task`` a sim task object
+        (``hardware.sim_tasks.Task``, read by duck typing; None on a real robot or an ``--env``) and
+        ``instruction`` the session's instruction. Default: not needed."""
+
+    def begin_episode(self, obs: dict, info: dict) -> None:
+        """A training or evaluation episode starts (``obs``, ``info``: the env's reset)."""
+
+    def after_chunk(self, obs: dict, info: dict) -> None:
+        """A chunk was executed (``obs``, ``info``: the env's after it), before the next ``observe``."""
+
+    def episode_log(self) -> dict[str, Any]:
+        """What the agent adds to the episode's line of ``episodes.jsonl`` (numbers also go to TensorBoard)."""
+        return {}
+
+    def summarize(self, run_dir: str) -> dict[str, Any]:
+        """What the agent adds to ``summary.json`` (it may write its own files into ``run_dir``)."""
+        return {}
+
+    def report(self, per_episode: list[dict[str, Any]]) -> list[str]:
+        """Lines printed after the final evaluation (``per_episode``: its episodes, with ``episode_log``'s
+        entries)."""
+        return []
+
     # -- learning ---------------------------------------------------------------------------------
     def update(self, online, demo, rng: np.random.Generator) -> dict[str, float]:
         """One update round from the replay buffers (``demo`` may be empty). -> diagnostics, flat

@@ -401,6 +401,9 @@ class Actor:
             self.apply_newest_params()
             time.sleep(0.02)
         final = s.evaluate(cfg.eval_episodes, cfg.eval_seed_start)
+        lines = s.agent.report(final["per_episode"])
+        if lines and progress:
+            print("final evaluation:\n" + "\n".join(lines), flush=True)
         bye = pack(_msg("bye", self.actor_id, actor_id=self.actor_id, next_seq=s.step, final={
             "successes": int(final["successes"]), "episodes": int(final["episodes"]),
             "params_version": self.params_version}))

@@ -37,7 +37,8 @@ class RLConfig:
     robot: str = dataclasses.field(default="sim-franka-fast", metadata={"help_default": "sim-franka-fast; actor: the learner's"})
     """Site preset or YAML."""
     total_ticks: int = 10_000
-    """Budget of environment steps (control ticks; a chunk of 8 executed rows = 8 ticks)."""
+    """Budget of environment steps (control ticks; a chunk of 8 executed rows = 8 ticks); 0: no training, only the
+    base VLA's and the agent's evaluations (e.g. an agent with a fixed policy)."""
     max_episode_ticks: int | None = None
     """Episode length in control ticks (default: the sim task's max_steps, or the env's own limit: its max_ticks,
     TimeLimit or spec.max_episode_steps; else 200). An env that truncates itself earlier ends the episode there."""
@@ -103,9 +104,11 @@ class RLConfig:
             raise ValueError(f"agent must be a {cls.__name__} for method {self.method!r}, got {type(agent).__name__}")
         object.__setattr__(self, "agent", agent)
         object.__setattr__(self, "demos", tuple(self.demos))
-        for f in ("total_ticks", "eval_episodes", "checkpoint_every"):
+        for f in ("eval_episodes", "checkpoint_every"):
             if getattr(self, f) <= 0:
                 raise ValueError(f"{f} must be positive, got {getattr(self, f)}")
+        if self.total_ticks < 0:
+            raise ValueError(f"total_ticks must be >= 0 (0: evaluate only), got {self.total_ticks}")
         if self.eval_every < 0 or self.warmup_steps < 0:
             raise ValueError("eval_every and warmup_steps must be >= 0")
         if self.reward != "task" and not self.reward.startswith("classifier:"):

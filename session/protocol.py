@@ -108,6 +108,7 @@ This module (the wire: schema, messages, checks, errors) imports no torch; ``ses
 from __future__ import annotations
 
 import dataclasses
+import json
 import math
 import os
 from typing import Any
@@ -270,6 +271,8 @@ def transition_message(actor_id: str, seq: int, episode: int, tr: dict[str, Any]
             "params_version": int(params_version)}
     if episode_end:
         meta["episode_info"] = {k: kind(info[k]) for k, kind in EPISODE_INFO.items()}
+        if info.get("agent"):  # the agent's own episode log (Agent.episode_log): logged, never acted on
+            meta["episode_info"]["agent"] = info["agent"]
     return _msg("transition", actor_id, {k: np.asarray(v) for k, v in arrays.items()}, seq=int(seq), **meta)
 
 
@@ -305,6 +308,17 @@ def check_transition(msg: Message, spec: TransitionSpec, episode: int | None = N
             if k not in raw:
                 raise ProtocolError("missing_field", f"episode_info needs {k!r}", f"episode_info.{k}")
             info[k] = _typed(raw[k], f"episode_info.{k}", kind)
+        if "agent" in raw:
+            agent = raw["agent"]
+            if not isinstance(agent, dict) or not all(isinstance(k, str) for k in agent):
+                raise ProtocolError("bad_field", "episode_info.agent must be a map with string keys",
+                                    "episode_info.agent")
+            try:
+                json.dumps(agent, allow_nan=False)
+            except (TypeError, ValueError) as e:
+                raise ProtocolError("bad_field", f"episode_info.agent is not plain JSON data: {e}",
+                                    "episode_info.agent") from None
+            info["agent"] = agent
     # copies: the received frames are read-only views of ZMQ's buffers
     tr = dict(obs={k: v.copy() for k, v in obs.items()}, action=action.copy(), reward=reward,
               next_obs={k: v.copy() for k, v in next_obs.items()}, done=done, chunk=chunk.copy(),

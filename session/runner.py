@@ -87,6 +87,12 @@ class Session:
         agent_cls, _ = get_method(cfg.method)
         self.agent = agent_cls.build(self.vla, cfg.agent, seed=cfg.seed,
                                      observation_space=getattr(env, "observation_space", None))
+        task = None
+        if cfg.task:
+            from hardware.sim_tasks import get_task
+
+            task = get_task(cfg.task)
+        self.agent.bind(task=task, instruction=cfg.instruction)
         from vla.envs import episode_limit, steps_chunks
 
         # the env contract shared with `vla eval` (vla.envs); a learner has no env, its actor has the limit
@@ -224,7 +230,9 @@ class Session:
         agent, vla = self.agent, self.vla
         exec_steps = agent.chunk_shape[0]
         view = (lambda o: vla.embed(VLAPolicy.batch(o))) if base else agent.observe
-        obs, _ = self.env.reset(seed=seed)
+        obs, info0 = self.env.reset(seed=seed)
+        if not base:
+            agent.begin_episode(obs, dict(info0 or {}))
         with torch.no_grad():
             aobs = view(obs)
         ticks = steps = interventions = guard_rows = 0
@@ -270,6 +278,8 @@ class Session:
                 from vla.evaluate import frame_image
 
                 frames.append(frame_image(obs2, ticks, success))
+            if not base:
+                agent.after_chunk(obs2, info)
             with torch.no_grad():
                 aobs2 = view(obs2)
             if learn:
@@ -281,14 +291,15 @@ class Session:
                 end = bool(term or trunc or ticks >= self.max_ticks)
                 losses = self.record(tr, st.rows, end, {"seed": int(seed), "success": success, "ticks": ticks,
                                                            "steps": steps, "return": float(ret),
-                                                           "interventions": interventions})
+                                                           "interventions": interventions,
+                                                           **({"agent": agent.episode_log()} if end else {})})
                 if losses:
                     last = losses
             obs, aobs = obs2, aobs2
             if term or trunc:
                 break
         out = {"success": success, "ticks": ticks, "steps": steps, "return": ret, "interventions": interventions,
-               "losses": last}
+               "losses": last, "agent": {} if base else agent.episode_log()}
         if self.safety is not None:  # how much the layer took over: mean and largest lambda of the rows
             out["safety"] = {"lambda_mean": guard_lambda_sum / max(guard_rows, 1), "lambda_max": guard_lambda_max}
         return out
@@ -306,8 +317,8 @@ class Session:
                 frames_all.append((seed_start + i, frames))
         k = sum(r["success"] for r in res)
         out = {"episodes": n, "successes": k, "success_rate": k / n, "frames": frames_all, "max_episode_ticks": self.max_ticks,
-               "per_episode": [{"seed": seed_start + i, "success": bool(r["success"]), "ticks": int(r["ticks"])}
-                               for i, r in enumerate(res)]}
+               "per_episode": [{"seed": seed_start + i, "success": bool(r["success"]), "ticks": int(r["ticks"]),
+                                **r.get("agent", {})} for i, r in enumerate(res)]}
         if self.safety is not None:
             out["safety_lambda_mean"] = float(np.mean([r["safety"]["lambda_mean"] for r in res]))
         return out
@@ -433,13 +444,17 @@ class RunLog:
         rec = {"episode": episode, "seed": seed, "success": r["success"], "ticks": r["ticks"], "return": r["return"],
                "interventions": r["interventions"], "total_ticks": total_ticks, "step": step,
                "wall_s": round(time.perf_counter() - self.t0, 3),
-               **({} if update_rounds is None else {"update_rounds": int(update_rounds)}), **losses}
+               **({} if update_rounds is None else {"update_rounds": int(update_rounds)}), **losses,
+               **r.get("agent", {})}
         if "safety" in r:
             rec["safety"] = r["safety"]
             self.tb.add_scalar("safety/lambda_mean", r["safety"]["lambda_mean"], total_ticks)
         _append_jsonl(os.path.join(self.out, "episodes.jsonl"), rec)
         self.tb.add_scalar("train/success", float(r["success"]), total_ticks)
         self.tb.add_scalar("train/episode_ticks", r["ticks"], total_ticks)
+        for k, v in r.get("agent", {}).items():  # the agent's numbers per episode (Agent.episode_log)
+            if isinstance(v, (int, float)) and not isinstance(v, bool):
+                self.tb.add_scalar(k, v, total_ticks)
         return rec
 
     def update(self, info: dict[str, float], total_ticks: int) -> None:
@@ -490,7 +505,8 @@ def write_summary(sess: Session, base_rate: float | None, final: dict[str, Any] 
                "vla_weights_unchanged": sess.digest_before == digest_after,
                "updates": sess.cfg.updates, "update_rounds": sess.agent.updates,
                "update_diagnostics": update_diagnostics(sess.cfg.out),
-               "safety": None if sess.safety is None else sess.safety.describe(), **extra}
+               "safety": None if sess.safety is None else sess.safety.describe(),
+               **({"agent": a} if (a := sess.agent.summarize(sess.cfg.out)) else {}), **extra}
     with open(os.path.join(sess.cfg.out, "summary.json"), "w") as f:
         json.dump(summary, f, indent=2)
     return summary
@@ -563,4 +579,7 @@ def run_session(cfg: RLConfig, env, vla, resume: bool = False, operator: Operato
     os.makedirs(os.path.join(cfg.out, "videos"), exist_ok=True)
     for seed, frames in final.pop("frames"):
         write_video(frames, os.path.join(cfg.out, "videos", f"eval_seed{seed}.mp4"), fps=10.0 / sess.agent.chunk_shape[0])
+    lines = sess.agent.report(final["per_episode"])
+    if lines and progress:
+        print("final evaluation:\n" + "\n".join(lines), flush=True)
     return write_summary(sess, base["success_rate"], final, time.perf_counter() - t0)

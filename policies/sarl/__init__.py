@@ -1,9 +1,11 @@
 """SARL: reinforcement learning over a semantic MDP whose actions are language prompts to a frozen VLA
 (Bhatia, Wagenmaker, Chen, Levine, arXiv 2606.31958; METHODS.md "SARL").
 
-Status: the method's core only. SARL is not yet in ``policies.REGISTRY``, so ``vla rl --method sarl`` does not
-exist: a semantic step spans several chunks, which the session's per-chunk ``Agent`` interface does not
-express yet (issue 30).
+In a session: ``vla rl --method sarl`` (``policies.sarl.agent.SARLAgent``, in ``policies.REGISTRY``) runs the
+semantic MDP chunk by chunk in the method-agnostic session (resume, actor / learner split, evaluations): the agent
+holds a prompt across macro-steps and the learner joins a prompt's chunks into one semantic transition. A fixed
+prompt policy (``--prompt-policy subskills`` / ``random``) runs through the same code for baselines;
+``bench/sarl.py`` measures them against the task prompt and DSRL.
 
 A frozen multi-task VLA is a prior over skills; SARL learns *which instruction to give it when*. No code
 is public: what METHODS.md records of the paper is the semantic MDP (prompts as actions to a frozen

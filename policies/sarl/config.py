@@ -7,6 +7,10 @@ from __future__ import annotations
 import dataclasses
 
 EXPLORATIONS = ("boltzmann", "epsilon")
+TERMINATORS = ("budget", "subgoal")
+PROMPT_POLICIES = ("learned", "subskills", "random")
+"""``vla rl --terminator``: a fixed chunk budget (deployable anywhere) or the sim task's sub-goals (PRIVILEGED);
+``classifier:DIR`` (a success classifier from ``vla reward``) is the real-robot path."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -53,7 +57,32 @@ class SARLConfig:
     max_grad_norm: float = 10.0
     """Clip the critics' gradient global norm (0: no clipping)."""
     seed: int = 0
-    """Seeds the critics' initialisation, prompt sampling and replay sampling."""
+    """Seeds the critics' initialisation, prompt sampling and replay sampling (a ``vla rl`` session passes its
+    own ``--seed``)."""
+    # -- in a ``vla rl`` session ----------------------------------------------------------------------
+    exec_steps: int | None = None
+    """Rows of each VLA chunk executed before the VLA is queried again under the held prompt (None: the whole
+    chunk). A prompt is held for up to ``chunks_per_prompt`` x this many control ticks."""
+    terminator: str = dataclasses.field(default="budget", metadata={"metavar": "budget|subgoal|classifier:DIR"})
+    """When a prompt has done its job: ``budget`` (exactly ``chunks_per_prompt`` chunks; non-privileged),
+    ``subgoal`` (PRIVILEGED, sim only: as soon as one of the task's sub-goals named by ``subgoal_watch`` becomes
+    newly true, read from the simulator's ``info["subgoals"]``) or ``classifier:DIR`` (a success classifier
+    trained with ``vla reward`` whose probability on the camera frames reaches its threshold: the real-robot
+    path). Every terminator also stops at the chunk budget."""
+    subgoal_watch: tuple[str, ...] = ("lifted_*", "*_in_bowl", "released")
+    """Terminator ``subgoal``: the sub-goal names (shell patterns) whose becoming true ends a prompt (a pick ends
+    when its cube is lifted, a place when the cube is in the bowl or released)."""
+    prompts: str = ""
+    """A text file of extra candidate prompts, one per line (a real robot's skill vocabulary); added after the
+    sim task's vocabulary (its instruction, trained paraphrases, sub-skill instructions and templates)."""
+    prompt_policy: str = dataclasses.field(default="learned", metadata={"choices": PROMPT_POLICIES})
+    """Who picks the prompts: ``learned`` (SARL's critic), ``subskills`` (the hand-written sequence: the sim task's
+    sub-skill instructions in order, one per prompt, the last one repeated; the upper bound a prompt policy is
+    measured against) or ``random`` (uniform over the library at every prompt, also in evaluations). The two
+    fixed ones learn nothing: run them with ``--total-ticks 0`` to evaluate them."""
+    templates: bool = True
+    """Add the verb / object / place templates (``policies.sarl.library.SIM_TEMPLATES`` over the colours) to the
+    library; off: only the task's own instruction, paraphrases, sub-skills and ``prompts``."""
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "hidden", tuple(int(h) for h in self.hidden))
@@ -81,6 +110,15 @@ class SARLConfig:
                              f"got {self.epsilon_start} and {self.epsilon_end}")
         if self.max_grad_norm < 0:
             raise ValueError(f"SARLConfig.max_grad_norm must be >= 0 (0: no clipping), got {self.max_grad_norm}")
+        if self.exec_steps is not None and int(self.exec_steps) < 1:
+            raise ValueError(f"SARLConfig.exec_steps must be >= 1 (or None: the whole chunk), got {self.exec_steps}")
+        if self.terminator not in TERMINATORS and not (self.terminator.startswith("classifier:")
+                                                       and len(self.terminator) > len("classifier:")):
+            raise ValueError(f"SARLConfig.terminator must be 'budget', 'subgoal' or 'classifier:DIR', "
+                             f"got {self.terminator!r}")
+        if self.prompt_policy not in PROMPT_POLICIES:
+            raise ValueError(f"SARLConfig.prompt_policy must be one of {PROMPT_POLICIES}, got {self.prompt_policy!r}")
+        object.__setattr__(self, "subgoal_watch", tuple(str(w) for w in self.subgoal_watch))
         if self.batch_size > self.replay_capacity:
             raise ValueError(f"SARLConfig.batch_size ({self.batch_size}) must not exceed replay_capacity "
                              f"({self.replay_capacity})")
