@@ -118,6 +118,26 @@ def test_wire_refuses_other_versions_types_and_fields_by_name():
     assert e.value.code == "non_finite" and e.value.field == "reward"
 
 
+def test_an_agents_episode_log_crosses_the_wire_and_a_malformed_one_is_refused_by_name():
+    """``episode_info.agent`` (``Agent.episode_log``: SARL's prompt sequence) is carried when it is plain JSON
+    data with string keys; anything else (generated: other types, non-finite numbers) is refused naming it."""
+    log = {"sarl_steps": [{"prompt": "pick up the red cube", "chunks": 3, "subgoals": ["lifted_red"]}],
+           "sarl/prompts_per_episode": 1.0}
+    tr, msg = _transition(SPEC, end=True)
+    info = {"seed": 7, "success": False, "ticks": 16, "steps": 2, "return": 0.0, "interventions": 0, "agent": log}
+    out = check_transition(unpack(pack(transition_message("actor-x", 0, 0, tr, 8, True, info, 0))), SPEC, episode=0)
+    assert out.info["agent"] == log
+    frames = pack(msg)
+    base = msgpack.unpackb(frames[0])["episode_info"]
+    rng = np.random.default_rng(0)
+    bad_values = [[1, 2], "text", 3, None, {1: "x"}, {"x": float("nan")}, {"x": float("inf")}, {"x": b"\x00"}]
+    for _ in range(20):
+        bad = bad_values[int(rng.integers(len(bad_values)))]
+        with pytest.raises(ProtocolError) as e:
+            check_transition(unpack(_header_edit(frames, episode_info={**base, "agent": bad})), SPEC)
+        assert e.value.field in ("episode_info.agent", "header" if bad == {1: "x"} else None), bad  # int keys: msgpack
+
+
 # -- with a learner -------------------------------------------------------------------------------
 @pytest.fixture(scope="module")
 def tiny_vla(tmp_path_factory) -> str:
