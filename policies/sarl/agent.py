@@ -186,8 +186,9 @@ class SARLAgent(Agent):
         starts = self._due
         if self._due:
             feat = aobs["feat"][0].numpy()
-            if self.cfg.prompt_policy == "subskills":
-                self._prompt = self.subskills[min(len(self._step_log), len(self.subskills) - 1)]
+            if self.cfg.prompt_policy == "subskills":  # the next sub-skill once the terminator said this one is done
+                done = sum(1 for st in self._step_log if st.get("done"))
+                self._prompt = self.subskills[min(done, len(self.subskills) - 1)]
             elif self.cfg.prompt_policy == "random" or (warmup and not greedy):
                 self._prompt = int(self.policy.rng.integers(self.policy.num_prompts))
             else:
@@ -215,11 +216,15 @@ class SARLAgent(Agent):
         log["chunks"] = self._held
         now = {k for k, v in (info.get("subgoals") or {}).items() if v}
         log["subgoals"] += sorted(now - self._before - set(log["subgoals"]))
-        if self._held >= self.cfg.chunks_per_prompt or self.terminator.stop(obs, info, self._held):
+        fired = bool(self.terminator.stop(obs, info, self._held))
+        if fired:
+            log["done"] = True  # the terminator (not the chunk cap) ended it: its sub-skill is done
+        if fired or self._held >= self.cfg.chunks_per_prompt:
             self._due = True
 
     def episode_log(self) -> dict[str, Any]:
-        """This episode's prompts, in order, with the chunks each was held and the sub-goals it reached."""
+        """This episode's prompts, in order, with the chunks each was held, the sub-goals it reached and whether the
+        terminator ended it (``done``; absent: the chunk cap or the episode's end did)."""
         return {"sarl_steps": [dict(s) for s in self._step_log],
                 "sarl/prompts_per_episode": float(len(self._step_log))}
 

@@ -77,8 +77,9 @@ class SARLConfig:
     sim task's vocabulary (its instruction, trained paraphrases, sub-skill instructions and templates)."""
     prompt_policy: str = dataclasses.field(default="learned", metadata={"choices": PROMPT_POLICIES})
     """Who picks the prompts: ``learned`` (SARL's critic), ``subskills`` (the hand-written sequence: the sim task's
-    sub-skill instructions in order, one per prompt, the last one repeated; the upper bound a prompt policy is
-    measured against) or ``random`` (uniform over the library at every prompt, also in evaluations). The two
+    sub-skill instructions in order, moving to the next one when the terminator ends the current one and repeating
+    it when the chunk cap does, so a missed grasp is retried; the last one is repeated; the upper bound a prompt
+    policy is measured against) or ``random`` (uniform over the library at every prompt, also in evaluations). The two
     fixed ones learn nothing: run them with ``--total-ticks 0`` to evaluate them."""
     templates: bool = True
     """Add the verb / object / place templates (``policies.sarl.library.SIM_TEMPLATES`` over the colours) to the

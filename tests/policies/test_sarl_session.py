@@ -168,8 +168,39 @@ def test_subgoal_terminator_ends_a_prompt_at_its_subgoal(prompts_file, tmp_path)
     agent.policy.act = lambda feat, greedy=False: left  # always "move left": its first step touches -1
     r = sess.run_episode(seed=0, learn=False, deterministic=True)
     steps = r["agent"]["sarl_steps"]
-    assert steps[0] == {"prompt": "move left", "chunks": 2, "subgoals": ["lifted_left"]}  # 8 rows to -1: 2 chunks
+    assert steps[0] == {"prompt": "move left", "chunks": 2, "subgoals": ["lifted_left"], "done": True}  # 8 rows: 2 chunks
     assert all(st["chunks"] == 8 for st in steps[1:-1])  # then nothing new becomes true: the budget ends them
+
+
+class CorridorTask:
+    """A sim-task-like object (duck typed as ``hardware.sim_tasks.Task``): two sub-skills with instructions."""
+
+    instruction = INSTRUCTION
+    train_wordings = ()
+    skills = (("left",), ("right",))
+
+    @staticmethod
+    def skill_instruction(skill):
+        return f"move {skill[0]}"
+
+
+def test_the_hand_written_sequence_moves_on_when_the_terminator_fires_and_retries_when_the_cap_ends_a_prompt(
+        prompts_file, tmp_path):
+    from session.runner import Session
+
+    import dataclasses
+
+    cfg = _cfg(tmp_path / "run", prompts_file, terminator="subgoal", prompt_policy="subskills", chunks_per_prompt=1)
+    with pytest.raises(ValueError, match="sub-skills"):  # the session's env is no sim task: no sequence to follow
+        Session(cfg, make_env(), StubVLA(), progress=False)
+    sess = Session(dataclasses.replace(cfg, agent=dataclasses.replace(cfg.agent, prompt_policy="learned")),
+                   make_env(), StubVLA(), progress=False)
+    sess.agent.cfg = cfg.agent
+    sess.agent.bind(task=CorridorTask(), instruction=None)
+    r = sess.run_episode(seed=0, learn=False, deterministic=True)
+    prompts = [st["prompt"] for st in r["agent"]["sarl_steps"]]
+    # "move left" is capped after 1 chunk without reaching -1 (retried), its sub-goal fires on the 2nd; then right
+    assert prompts == ["move left", "move left"] + ["move right"] * 4 and r["success"], prompts
 
 
 def test_semantic_transitions_are_assembled_from_the_chunks(prompts_file, tmp_path):
