@@ -77,7 +77,7 @@ base: setup
 	--checkpoint $(BASE_OUT) --episodes 20"
 
 # the six-task model with sub-skill labels and paraphrases (bench/results/vla_sft round 15: the vocabulary
-# a prompt policy composes); not committed: about 35 min on 2 cores
+# a prompt policy composes; SARL's base, committed: bench/sarl.py); about 35 min on 2 cores
 base-subskills:
 	$(MAKE) base BASE_TASKS="pick_red_cube pick_blue_cube lift_green_cube place_cube_in_bowl stack_cubes \
 	  push_block_to_marker" BASE_SEGMENTED="place_cube_in_bowl stack_cubes" BASE_DATA=data/base_subskills \
