@@ -106,16 +106,38 @@ def collect(job: dict) -> dict:
     r["base_successes"], r["base_episodes"] = int(b["successes"]), int(b["episodes"])
     evals = [json.loads(x) for x in open(os.path.join(out, "evals.jsonl"))] \
         if os.path.isfile(os.path.join(out, "evals.jsonl")) else []
-    r["curve_episodes"] = [(0, s["base_success_rate"])] + [(e["episode"] + 1, e["success_rate"]) for e in evals] + \
-        [(s["episodes"], s["final_success_rate"])]
+    # the policy's evaluations (the base VLA under the task prompt is its own row: ``task prompt``)
+    r["curve_episodes"] = [(e["episode"] + 1, e["success_rate"]) for e in evals] + [(s["episodes"], s["final_success_rate"])]
     r["episodes"] = s["episodes"]
     eps = [json.loads(x) for x in open(os.path.join(out, "episodes.jsonl"))] \
         if os.path.isfile(os.path.join(out, "episodes.jsonl")) else []
     r["train_success"] = float(np.mean([e["success"] for e in eps])) if eps else None
+    if eps and "sarl_steps" in eps[0]:  # whether learning happens: training success and prompt choice, per 20 episodes
+        vocab = task_vocabulary(job["task"])
+        win = [eps[i:i + 20] for i in range(0, len(eps), 20)]
+        r["train_success_per_20"] = [float(np.mean([e["success"] for e in w])) for w in win]
+        r["task_vocabulary_share_per_20"] = [
+            float(np.mean([st["prompt"] in vocab for e in w for st in e["sarl_steps"]] or [0.0])) for w in win]
+        r["prompts_per_episode"] = float(np.mean([len(e["sarl_steps"]) for e in eps]))
     if os.path.isfile(os.path.join(out, "grounding.json")):
         with open(os.path.join(out, "grounding.json")) as f:
             r["grounding"] = {p: g for p, g in json.load(f).items() if g["chosen"]}
     return r
+
+
+def task_vocabulary(task: str) -> set[str]:
+    """The prompts that name the task or one of its sub-skills: its instruction, trained paraphrases and sub-skill
+    instructions (the rest of a library is templates)."""
+    from hardware.sim_tasks import get_task
+
+    t = get_task(task)
+    out = {t.instruction, *t.train_wordings}
+    for skill in t.skills:
+        try:
+            out.add(t.skill_instruction(skill))
+        except ValueError:
+            pass
+    return out
 
 
 def subskill_grounding(runs: list[dict], task: str) -> dict:
@@ -146,8 +168,8 @@ def summarize(done: list[dict], args) -> dict:
             if not rows:
                 continue
             cell: dict = {}
-            k = sum(r["base_successes"] for r in rows[:1])
-            n = sum(r["base_episodes"] for r in rows[:1])
+            widest = max(rows, key=lambda r: r["base_episodes"])  # every base evaluation starts at the same seed
+            k, n = widest["base_successes"], widest["base_episodes"]
             cell["task prompt"] = {"successes": k, "episodes": n, "rate": k / n if n else None, "ci95": wilson(k, n)}
             for arm in ARMS:
                 runs = [r for r in rows if r["arm"] == arm]
@@ -159,10 +181,13 @@ def summarize(done: list[dict], args) -> dict:
                      "final_per_seed": f.tolist(), "final_mean": float(f.mean()), "final_min": float(f.min()),
                      "final_max": float(f.max())}
                 if arm in ("sarl", "dsrl-na"):
-                    m["first_episode_at_80"] = [next((int(e) for e, v in r["curve_episodes"][1:] if v >= GOAL["success"]),
+                    m["first_episode_at_80"] = [next((int(e) for e, v in r["curve_episodes"] if v >= GOAL["success"]),
                                                      None) for r in runs]
                     m["train_episodes"] = [r["episodes"] for r in runs]
                     m["train_success"] = [r["train_success"] for r in runs]
+                    if arm == "sarl":
+                        m["train_success_per_20"] = [r.get("train_success_per_20") for r in runs]
+                        m["task_vocabulary_share_per_20"] = [r.get("task_vocabulary_share_per_20") for r in runs]
                     m["ticks"] = [r["ticks"] for r in runs]
                     m["wall_s"] = [r["wall_s"] for r in runs]
                 if arm == "sarl":
