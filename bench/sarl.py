@@ -207,6 +207,19 @@ def plot(done: list[dict], summary: dict, path: pathlib.Path, title: str) -> Non
     fig, axes = plt.subplots(1, max(1, len(panels)), figsize=(5.0 * max(1, len(panels)), 3.9), squeeze=False)
     for ax, (task, term) in zip(axes[0], panels):
         cell = summary[task][term]
+        if not any(arm in cell for arm in ("sarl", "dsrl-na")):  # fixed arms only: their rates with 95% intervals
+            names = list(cell)
+            rates = np.array([cell[a]["rate"] for a in names]) * 100
+            lo = rates - np.array([cell[a]["ci95"][0] for a in names]) * 100
+            hi = np.array([cell[a]["ci95"][1] for a in names]) * 100 - rates
+            ax.bar(names, rates, yerr=[lo, hi], capsize=4, color=[COLORS[a] for a in names], alpha=0.8)
+            for i, a in enumerate(names):
+                ax.text(i, rates[i] + 2, f"{cell[a]['successes']}/{cell[a]['episodes']}", ha="center", fontsize=8)
+            ax.axhline(GOAL["success"] * 100, color="g", ls=":", lw=0.8)
+            ax.set_ylim(0, 103)
+            ax.set_ylabel("success (%), 95% interval")
+            ax.set_title(f"{task}, terminator {term}" + (" (PRIVILEGED)" if term == "subgoal" else ""), fontsize=9)
+            continue
         for arm in ("sarl", "dsrl-na"):
             runs = [r for r in done if r["task"] == task and r["terminator"] == term and r["arm"] == arm
                     and "curve_episodes" in r]
@@ -312,7 +325,8 @@ def main(argv=None) -> int:
         json.dump(res, f, indent=2)
     plot(done, summary, args.out / f"{args.name}.png",
          f"SARL vs fixed prompt policies, frozen VLA {os.path.basename(os.path.normpath(args.checkpoint))}, "
-         f"exec {args.exec_steps}, {args.episodes} episodes' ticks, {args.seeds} seed(s)")
+         f"exec {args.exec_steps}" + (f", {args.episodes} episodes' ticks, {args.seeds} seed(s)" if "sarl" in args.arms
+                                      else ", fixed prompt policies only"))
     for task, terms in summary.items():
         for term, cell in terms.items():
             row = "  ".join(f"{arm} {m['rate']:.0%}" for arm, m in cell.items())
