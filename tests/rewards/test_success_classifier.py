@@ -253,3 +253,22 @@ def test_rl_session_wiring_uses_the_classifier_and_the_operator_reset(trained, t
         RLConfig(checkpoint="c", out="o", task="pick_red_cube", reward="vlm-judge")
     with pytest.raises(ValueError, match="sim task"):
         RLConfig(checkpoint="c", out="o", task="")  # reward 'task' without a task
+
+
+def test_sarl_classifier_terminator_ends_a_prompt_when_the_classifier_sees_success(trained):
+    """`vla rl --method sarl --terminator classifier:DIR` (the real-robot path): the prompt ends once the trained
+    classifier's probability on the camera frame reaches its threshold."""
+    from policies.sarl.agent import SARLAgent
+    from policies.sarl.config import SARLConfig
+
+    path, _ = trained
+    agent = SARLAgent.__new__(SARLAgent)  # only the terminator is built: no VLA needed
+    agent.cfg = SARLConfig(terminator=f"classifier:{path}")
+    term = agent._terminator()
+    rng = np.random.default_rng(5)
+    frames = [_frame(rng, red) for red in [True] * 10 + [False] * 10]
+    term.start("pick up the red cube", None, {})
+    says = [term.stop({"images": {"front": f}}, {}, 1) for f in frames]
+    model = SuccessClassifier.load(path)
+    assert says == list(model.predict_proba({"front": np.stack(frames)}) >= model.threshold)  # the classifier decides
+    assert sum(says[:10]) >= sum(says[10:]) + 5, says  # ... and it tells success frames from failures
