@@ -129,29 +129,20 @@ def task_vocabulary(task: str) -> set[str]:
     """The prompts that name the task or one of its sub-skills: its instruction, trained paraphrases and sub-skill
     instructions (the rest of a library is templates)."""
     from hardware.sim_tasks import get_task
+    from policies.sarl.library import task_prompts
 
-    t = get_task(task)
-    out = {t.instruction, *t.train_wordings}
-    for skill in t.skills:
-        try:
-            out.add(t.skill_instruction(skill))
-        except ValueError:
-            pass
-    return out
+    return set(task_prompts(get_task(task)))
 
 
 def subskill_grounding(runs: list[dict], task: str) -> dict:
-    """Over SARL's training episodes: for each sub-skill prompt, how often it was chosen and how often its own
-    sub-goal (pick: ``lifted_<colour>``; place: ``released``) became true under it."""
+    """Over SARL's training episodes: for each sub-skill prompt of a task made of sub-skills, how often it was
+    chosen and how often its own sub-goal (pick: ``lifted_<colour>``; place: ``released``) became true under it."""
     from hardware.sim_tasks import get_task
 
     t = get_task(task)
     out = {}
-    for skill in t.skills:
-        try:
-            prompt = t.skill_instruction(skill)
-        except ValueError:
-            continue
+    for skill in t.skills if t.segmented else ():  # pick / place sub-skills, each with its own instruction
+        prompt = t.skill_instruction(skill)
         goal = f"lifted_{skill[1].split('_')[0]}" if skill[0] == "pick" else "released"
         chosen = sum(r.get("grounding", {}).get(prompt, {}).get("chosen", 0) for r in runs)
         hit = sum(r.get("grounding", {}).get(prompt, {}).get("subgoals", {}).get(goal, 0) for r in runs)

@@ -102,17 +102,9 @@ class SARLAgent(Agent):
         (a real robot's) and ``cfg.prompts`` (a file, one prompt per line) add theirs; ``cfg.templates`` the
         templates. Also the prompt critic and the terminator."""
         from policies.sarl.critic import PromptPolicy
-        from policies.sarl.library import SIM_TEMPLATES, _clean, expand_templates
+        from policies.sarl.library import SIM_TEMPLATES, _clean, expand_templates, subskill_prompts, task_prompts
 
-        prompts: list[str] = []
-        if task is not None:
-            prompts.append(task.instruction)
-            prompts += list(getattr(task, "train_wordings", ()))
-            for skill in getattr(task, "skills", ()):
-                try:
-                    prompts.append(task.skill_instruction(skill))
-                except ValueError:  # a skill without an instruction (lift, push): none to prompt
-                    pass
+        prompts: list[str] = task_prompts(task) if task is not None else []
         if instruction:
             prompts.append(instruction)
         if self.cfg.prompts:
@@ -122,19 +114,13 @@ class SARLAgent(Agent):
                 prompts += [ln.strip() for ln in f if ln.strip() and not ln.lstrip().startswith("#")]
         if self.cfg.templates:
             prompts += expand_templates(SIM_TEMPLATES)
-        subskills = []
-        if task is not None:
-            for skill in getattr(task, "skills", ()):
-                try:
-                    subskills.append(_clean(task.skill_instruction(skill)))
-                except ValueError:
-                    pass
+        subskills = subskill_prompts(task) if task is not None else []
         prompts = list(dict.fromkeys(_clean(p) for p in prompts))
         if not prompts:
             raise ValueError("SARL needs candidate prompts: a sim --task, an --instruction or --prompts FILE")
         if self.cfg.prompt_policy == "subskills" and not subskills:
-            raise ValueError("SARL prompt_policy 'subskills' needs a sim --task made of sub-skills with instructions "
-                             "(place_cube_in_bowl, stack_cubes, put_all_cubes_in_bowl)")
+            raise ValueError("SARL prompt_policy 'subskills' needs a sim --task made of sub-skills: the hand-written "
+                             "sequence is their instructions")
         self.library = PromptLibrary(prompts)
         self.subskills = [self.library.index(p) for p in subskills]
         self.task_instruction = _clean(task.instruction if task is not None else (instruction or prompts[0]))

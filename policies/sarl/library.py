@@ -79,6 +79,19 @@ def default_encoder() -> Encoder:
     return TextEncoder()
 
 
+def subskill_prompts(task: Any) -> list[str]:
+    """The instruction of each of a sim task's sub-skills, in the task's order (repeats kept: the hand-written
+    sequence)."""
+    return [_clean(task.skill_instruction(skill)) for skill in task.skills]
+
+
+def task_prompts(task: Any, paraphrases: bool = True) -> list[str]:
+    """A sim task's own vocabulary (read by duck typing): its instruction, its trained paraphrases
+    (``train_wordings``) if ``paraphrases``, and its sub-skill instructions, each once."""
+    prompts = [task.instruction, *(task.train_wordings if paraphrases else ()), *subskill_prompts(task)]
+    return list(dict.fromkeys(_clean(p) for p in prompts))
+
+
 class PromptLibrary:
     """An ordered set of distinct prompts and their unit-norm embeddings ``[N, D]`` (float32).
 
@@ -119,12 +132,7 @@ class PromptLibrary:
         task's instruction, its trained paraphrases (``train_wordings``; held-out wordings stay out, so
         wording-generalisation benches stay clean) if ``paraphrases``, the instruction of each of its
         sub-skills, then the expanded ``templates``. Repeats across sources are kept once."""
-        prompts: list[str] = []
-        for task in tasks:
-            prompts.append(task.instruction)
-            if paraphrases:
-                prompts += list(task.train_wordings)
-            prompts += [task.skill_instruction(skill) for skill in task.skills]
+        prompts = [p for task in tasks for p in task_prompts(task, paraphrases)]
         prompts += expand_templates(templates, colours)
         return cls(list(dict.fromkeys(_clean(p) for p in prompts)), encoder)
 
