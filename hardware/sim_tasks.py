@@ -19,7 +19,9 @@ Sub-goals are milestones of the task (``reached_red``, ``grasped_red``, ``lifted
 ``red_in_bowl`` ...), each a predicate on one state. A rollout "achieved" a sub-goal if it held
 at any tick: OR them over time with :class:`SubgoalTracker` (hindsight relabelling uses that).
 :func:`achieved_tasks` evaluates every registered task's success on one state (an episode
-that stacked the wrong cube can be relabelled with the instruction it did carry out).
+that stacked the wrong cube can be relabelled with the instruction it did carry out), and
+:func:`achieved_skills` the pick sub-skills ("pick up the red cube": a cube held above 6 cm) and the
+cubes only grasped ("grasp the red cube").
 
 Nothing here imports mujoco or torch: rewards and relabelling use it on recorded states.
 The scene constants mirror ``hardware.sim_franka`` (a test checks they agree).
@@ -481,6 +483,17 @@ def get_task(name: str) -> Task:
 def achieved_tasks(objects: Mapping[str, Pose7], ee_pos, gripper: float) -> list[str]:
     """Names of the registered tasks whose success predicate holds on this state."""
     return [n for n, t in TASKS.items() if t.success(objects, ee_pos, gripper)]
+
+
+def achieved_skills(objects: Mapping[str, Pose7], ee_pos, gripper: float) -> list[str]:
+    """What a rollout that failed its task may still have carried out on this state, as instructions, the most
+    complete first: the pick sub-skills done (a cube held with its centre above 6 cm: ``skill_done``) as "pick up
+    the red cube" (the words the VLA was trained on), then the cubes only grasped (held, not lifted) as "grasp the
+    red cube". For hindsight relabelling; a place sub-skill's "put it in the bowl" needs the state it starts from
+    and is not proposed on its own."""
+    picked = [c for c in CUBES if skill_done(("pick", c), objects, ee_pos, gripper)]
+    held = [c for c in CUBES if c not in picked and grasped(objects[c], ee_pos, gripper)]
+    return [skill_instruction(("pick", c)) for c in picked] + [f"grasp the {_short(c)} cube" for c in held]
 
 
 class SubgoalTracker:

@@ -82,6 +82,8 @@ class Agent:
     obs_spec: dict[str, tuple[tuple[int, ...], Any]]
     action_dim: int
     updates: int = 0
+    episodes_per_scene: int = 1
+    """Consecutive training episodes the session starts from one scene (one seed): GRPO's group size; 1 for the rest."""
 
     # -- building ---------------------------------------------------------------------------------
     @classmethod
@@ -127,8 +129,13 @@ class Agent:
         (``hardware.sim_tasks.Task``, read by duck typing; None on a real robot or an ``--env``) and
         ``instruction`` the session's instruction. Default: not needed."""
 
-    def begin_episode(self, obs: dict, info: dict) -> None:
-        """A training or evaluation episode starts (``obs``, ``info``: the env's reset)."""
+    def begin_episode(self, obs: dict, info: dict, learn: bool = False) -> None:
+        """A training (``learn``) or evaluation episode starts (``obs``, ``info``: the env's reset)."""
+
+    def end_episode(self, result: dict[str, Any]) -> dict[str, float]:
+        """A training episode of an in-process session ended (``result``: success, ticks, return, ...). -> an
+        episode-level update's diagnostics (on-policy methods update here; {}: none, the default)."""
+        return {}
 
     def after_chunk(self, obs: dict, info: dict) -> None:
         """A chunk was executed (``obs``, ``info``: the env's after it), before the next ``observe``."""

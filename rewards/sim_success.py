@@ -6,7 +6,9 @@ for ``robot_io.RobotEnv``: it reads the last arm state message the client receiv
 (``env.client.last_state``: arrays ``objects`` [N, 7], ``ee_pos``, ``gripper``) and the object
 names of the arm's description (``env.client.description["objects"]``), and returns
 ``(1.0, True)`` when the task's success predicate holds, else ``(0.0, False)``. It also puts
-``info["subgoals"]`` (this tick's sub-goals) and ``info["success"]``. The state is the one the
+``info["subgoals"]`` (this tick's sub-goals), ``info["achieved_tasks"]`` (every registered task whose success
+predicate holds on this state: what hindsight relabelling reads), ``info["achieved_skills"]`` (the pick
+sub-skills done on it, as instructions) and ``info["success"]``. The state is the one the
 observation was composed from, so reward and observation agree.
 """
 
@@ -16,7 +18,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-from hardware.sim_tasks import get_task, objects_from_state
+from hardware.sim_tasks import achieved_skills, achieved_tasks, get_task, objects_from_state
 
 
 def success_reward(task_name: str) -> Callable[[Any, dict, dict], tuple[float, bool]]:
@@ -38,6 +40,8 @@ def success_reward(task_name: str) -> Callable[[Any, dict, dict], tuple[float, b
         grip = float(np.asarray(arrays["gripper"]).reshape(-1)[0])
         ok = task.success(objects, ee, grip)
         info["subgoals"] = task.subgoals(objects, ee, grip)
+        info["achieved_tasks"] = achieved_tasks(objects, ee, grip)  # every task done on this state (relabelling)
+        info["achieved_skills"] = achieved_skills(objects, ee, grip)  # the pick sub-skills done on it
         info["success"] = bool(ok)
         return (1.0, True) if ok else (0.0, False)
 

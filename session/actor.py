@@ -387,7 +387,7 @@ class Actor:
                 waited = False
                 link.check()
                 self.apply_newest_params()
-                seed = episode_seed(cfg, s.episode)
+                seed = episode_seed(cfg, s.episode, s.agent.episodes_per_scene)
                 r = s.run_episode(seed)
                 # the learner logs and checkpoints it (from the transitions); the actor evaluates
                 end_episode(s, seed, r, report_eval=lambda ep, ticks, ev: self._send_eval("periodic", ev))

@@ -39,6 +39,9 @@ class RLConfig:
     total_ticks: int = 10_000
     """Budget of environment steps (control ticks; a chunk of 8 executed rows = 8 ticks); 0: no training, only the
     base VLA's and the agent's evaluations (e.g. an agent with a fixed policy)."""
+    total_episodes: int = 0
+    """Also stop after this many training episodes (0: no limit; in-process sessions): a budget of rollouts, as
+    GRPO counts it, where a tick budget would give a policy that succeeds sooner more episodes."""
     max_episode_ticks: int | None = None
     """Episode length in control ticks (default: the sim task's max_steps, or the env's own limit: its max_ticks,
     TimeLimit or spec.max_episode_steps; else 200). An env that truncates itself earlier ends the episode there."""
@@ -71,6 +74,11 @@ class RLConfig:
     """Reward source: ``task`` (the sim task's success predicate, or --env's reward) or ``classifier:DIR`` (a
     success classifier from ``vla reward train``: the reward on a real robot, where the operator resets the scene
     between episodes)."""
+    shaping: str = dataclasses.field(default="", metadata={"metavar": "DIR"})
+    """A potential fitted from "closer to done" judgements (``rewards.shaping``: ``fit_potential`` +
+    ``save_potential`` DIR): every step's reward becomes r + gamma Phi(s') - Phi(s), Phi read from the observation's
+    robot ``state``, so any method's critic trains on the shaped reward (the optimal policy is unchanged); success
+    is still read from the raw reward (or the task's own ``success``)."""
     instruction: str | None = None
     """Real robot or --env: the instruction given to the VLA (a sim task brings its own)."""
     demos: tuple[str, ...] = dataclasses.field(default=(), metadata={"metavar": "DATASET"})

@@ -232,7 +232,7 @@ class Session:
         view = (lambda o: vla.embed(VLAPolicy.batch(o))) if base else agent.observe
         obs, info0 = self.env.reset(seed=seed)
         if not base:
-            agent.begin_episode(obs, dict(info0 or {}))
+            agent.begin_episode(obs, dict(info0 or {}), learn=learn)
         with torch.no_grad():
             aobs = view(obs)
         ticks = steps = interventions = guard_rows = 0
@@ -298,6 +298,12 @@ class Session:
             obs, aobs = obs2, aobs2
             if term or trunc:
                 break
+        if learn and self.sink is None:  # an episode-level update (on-policy methods: GRPO)
+            losses = agent.end_episode({"success": success, "ticks": ticks, "steps": steps, "return": ret})
+            if losses:
+                last = losses
+                if self.on_update is not None:
+                    self.on_update(losses, self.ticks)
         out = {"success": success, "ticks": ticks, "steps": steps, "return": ret, "interventions": interventions,
                "losses": last, "agent": {} if base else agent.episode_log()}
         if self.safety is not None:  # how much the layer took over: mean and largest lambda of the rows
@@ -417,9 +423,10 @@ def open_session(sess: Session, resume: bool) -> None:
           f"({len(sess.online)} online / {len(sess.demo)} demo transitions)", flush=True)
 
 
-def episode_seed(cfg: RLConfig, episode: int) -> int:
-    """Training scenes apart from the recorder's seeds (0 ...) and the evaluation seeds (eval_seed_start ...)."""
-    return 1_000_000 * (cfg.seed + 1) + episode
+def episode_seed(cfg: RLConfig, episode: int, per_scene: int = 1) -> int:
+    """Training scenes apart from the recorder's seeds (0 ...) and the evaluation seeds (eval_seed_start ...);
+    ``per_scene`` consecutive episodes share one scene (``Agent.episodes_per_scene``: GRPO's groups)."""
+    return 1_000_000 * (cfg.seed + 1) + episode // max(int(per_scene), 1)
 
 
 class RunLog:
@@ -560,8 +567,8 @@ def run_session(cfg: RLConfig, env, vla, resume: bool = False, operator: Operato
     ticks0 = sess.ticks
     recent: list[bool] = []
     try:
-        while sess.ticks < cfg.total_ticks:
-            ep_seed = episode_seed(cfg, sess.episode)
+        while sess.ticks < cfg.total_ticks and not (cfg.total_episodes and sess.episode >= cfg.total_episodes):
+            ep_seed = episode_seed(cfg, sess.episode, sess.agent.episodes_per_scene)
             r = sess.run_episode(ep_seed)
             end_episode(sess, ep_seed, r, log=log, report_eval=log.evaluation, save=sess.save)
             recent = (recent + [r["success"]])[-20:]

@@ -158,7 +158,7 @@ class SARLAgent(Agent):
         feat = self.vla.embed(batch)
         return {"feat": feat[:, : self.summary_dim].float(), "emb": feat, "batch": batch}
 
-    def begin_episode(self, obs: dict, info: dict) -> None:
+    def begin_episode(self, obs: dict, info: dict, learn: bool = False) -> None:
         self._due, self._first, self._prompt, self._held = True, True, -1, 0
         self._step_log, self._last_info = [], dict(info)
 

@@ -13,7 +13,7 @@ from bench.experts import apply_ee_delta, privileged_from_state, run_episode  # 
 from hardware import sim_franka, sim_tasks  # noqa: E402
 from hardware.base import DeviceError  # noqa: E402
 from hardware.sim_franka import SimFranka  # noqa: E402
-from hardware.sim_tasks import (CUBE_HALF, FOOTPRINT, OBJECT_NAMES, TASKS, SubgoalTracker, achieved_tasks,  # noqa: E402
+from hardware.sim_tasks import (CUBE_HALF, FOOTPRINT, OBJECT_NAMES, TASKS, SubgoalTracker, achieved_skills, achieved_tasks,  # noqa: E402
                                 cube_yaw, get_task, objects_from_state)
 from hardware.teleop import load_teleop  # noqa: E402
 from hardware.teleop.scripted import (HOME_DOWN_QUAT, ExpertKnobs, ScriptedExpert, expected_success,  # noqa: E402
@@ -112,6 +112,14 @@ def test_predicates_on_hand_made_states():
     assert not t["pick_red_cube"].success(held, ee, 1.0)  # fingers open: it is falling, not held
     assert not t["lift_green_cube"].success(held, ee, 0.55)
     assert "pick_red_cube" in achieved_tasks(held, ee, 0.55)
+    # held 8 cm up: below pick_red_cube's 10 cm, but the pick sub-skill is done (above 6 cm); open fingers: not held
+    low = scene(red_cube=pose(0.45, 0.10, 0.08))
+    ee_low = np.array([0.45, 0.10, 0.082])
+    assert "pick_red_cube" not in achieved_tasks(low, ee_low, 0.55)
+    assert achieved_skills(low, ee_low, 0.55) == ["pick up the red cube"]
+    assert achieved_skills(low, ee_low, 1.0) == [] and achieved_skills(table, FAR, 1.0) == []
+    grasp = scene(red_cube=pose(0.45, 0.10, CUBE_HALF + 0.01))  # in the closed hand, 1 cm up: grasped, not lifted
+    assert achieved_skills(grasp, np.array([0.45, 0.10, CUBE_HALF + 0.012]), 0.55) == ["grasp the red cube"]
     # in the bowl and let go: placed; next to the bowl, or still in the hand, is not
     in_bowl = scene(red_cube=pose(0.45, -0.15, 0.0045 + 0.0085 + CUBE_HALF))
     assert t["place_cube_in_bowl"].success(in_bowl, FAR, 1.0)

@@ -21,6 +21,12 @@ def add_parser(sub, name: str, help_: str) -> None:
         "held for --chunks-per-prompt chunks or until --terminator fires), composing its sub-skills into long "
         "tasks; it prints the learned prompt sequence at the end and writes RUN/grounding.json (what each "
         "prompt made the VLA do). "
+        "GRPO (--method grpo) is the one method that moves weights: groups of --group-size rollouts from one "
+        "scene, the VLA acting through its stochastic flow sampler, group-normalised advantages and PPO-clip on "
+        "the sampler's log-probabilities, on its own copy of the VLA (--train head | policy | lora; the base "
+        "checkpoint is never touched), saved as RUN/policy. LfH (--method lfh) adds hindsight relabelling: for a "
+        "group below --eta a judge (--judge sim | vlm:DIR | classifier:DIR | human) says what a failed rollout did "
+        "achieve and re-scores the group under that instruction. "
         "The run directory gets the learning curve, TensorBoard scalars, "
         "episode logs, evaluation videos and a checkpoint after every episode; --resume continues a "
         "killed session exactly (step count, replay buffers, optimisers, RNG states). "
@@ -163,6 +169,9 @@ def _check_role_args(args) -> None:
             raise ValueError(f"the actor takes the session from the learner: give {', '.join(given)} to the learner")
     if args.role == "local" and args.keys:
         raise ValueError("--keys is for --role learner / actor")
+    if args.role != "local" and getattr(args, "total_episodes", None):
+        raise ValueError("--total-episodes is for in-process sessions (--role local); a split session's budget is "
+                         "--total-ticks")
     if args.role != "local" and not args.resume:
         from policies import get_method
 
@@ -212,14 +221,37 @@ def wants_privileged(cfg) -> bool:
 
 
 def make_env(cfg, client=None):
-    """The session's env: ``--env``'s factory, or the robot (sim) env on the bridge client."""
+    """The session's env: ``--env``'s factory, or the robot (sim) env on the bridge client; with ``--shaping DIR``
+    its reward shaped by the saved potential."""
     if cfg.env:
         if wants_privileged(cfg):
             raise ValueError("--encoder oracle reads a sim task's object poses; an --env has none: use --task")
         from vla.envs import make_user_env
 
-        return make_user_env(cfg.env)
-    return make_sim_env(cfg, client)
+        env = make_user_env(cfg.env)
+    else:
+        env = make_sim_env(cfg, client)
+    return shaped(env, cfg.shaping) if getattr(cfg, "shaping", "") else env
+
+
+def shaped(env, path: str):
+    """``env`` with its reward shaped by the potential saved in ``path`` (``rewards.shaping``), read from the
+    observation's ``state``; a potential of another input size is refused before the first episode."""
+    import numpy as np
+
+    from rewards.shaping import ShapedRewardWrapper, load_potential, load_shaping
+
+    _, meta = load_potential(path)
+    space = getattr(env, "observation_space", None)
+    state = space["state"].shape if space is not None and "state" in getattr(space, "spaces", {}) else None
+    if state is not None and int(np.prod(state)) != int(meta["in_dim"]):
+        raise ValueError(f"--shaping {path}: the potential reads {meta['in_dim']} state dims, this env's observation "
+                         f"'state' has {int(np.prod(state))}")
+    wrapped = ShapedRewardWrapper(env, load_shaping(path), feature_fn=lambda obs: np.asarray(obs["state"], np.float32))
+    for name in ("max_ticks", "chunk_actions", "client"):  # the env contract the session reads (vla.envs)
+        if hasattr(env, name):
+            setattr(wrapped, name, getattr(env, name))
+    return wrapped
 
 
 def run(args) -> int:
