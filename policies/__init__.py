@@ -16,6 +16,8 @@ REGISTRY: dict[str, tuple[Any, Any]] = {
     "dsrl": ("policies.dsrl.agent:DSRLAgent", "policies.dsrl.config:DSRLConfig"),
     "residual": ("policies.residual.agent:ResidualAgent", "policies.residual.config:ResidualConfig"),
     "sarl": ("policies.sarl.agent:SARLAgent", "policies.sarl.config:SARLConfig"),
+    "grpo": ("policies.grpo.agent:GRPOAgent", "policies.grpo.config:GRPOConfig"),
+    "lfh": ("policies.grpo.agent:LfHAgent", "policies.grpo.config:LfHConfig"),
 }
 DEFAULT_METHOD = "dsrl"
 """The method of a session that names none."""
