@@ -1,0 +1,270 @@
+#!/usr/bin/env python
+"""GRPO and LfH benchmark (issue 31): does GRPO lift the flow VLA on a task it is weak at, and does LfH's hindsight
+relabelling get there in fewer steps, with more usable groups?
+
+Every arm is a `vla rl` session from the same VLA checkpoint, the same chunk execution and the same evaluation scenes,
+one sim bridge each (``bench/dsrl.py``'s job runner):
+
+* ``grpo``              ``--method grpo``: groups of G rollouts from one scene, binary task reward, PPO-clip on the
+                        stochastic sampler's log-probabilities, KL to the base;
+* ``lfh``               ``--method lfh --judge sim``: + hindsight relabelling of groups below eta by the simulation
+                        judge (PRIVILEGED: the tasks' success predicates and the pick sub-skills on the simulator's
+                        state);
+* ``instruction-only``, ``rescore-only``, ``random``: the paper's ablations (``--hindsight ...``).
+
+The budget is ``--updates`` policy updates (``--group-size`` x ``--groups-per-update`` rollouts each); every
+``--eval-every-updates`` updates the session evaluates the tuned policy on ``--eval-episodes`` fixed scenes. Reported
+per arm: base and final success with 95% Wilson intervals, the curve of success against updates and rollouts, the
+share of usable groups (reward variance > 0) with and without hindsight, the judge's relabel counts, and the first
+update at which LfH reached GRPO's final success. Each session's tuned checkpoint stays in its run directory
+(``--work``).
+
+Writes ``bench/results/<name>.json`` and ``<name>.png``; ``bench/results/README.md`` keeps the table of rounds.
+
+    .venv/bin/python bench/lfh.py --checkpoint vla/checkpoints/base --task place_cube_in_bowl
+    .venv/bin/python bench/lfh.py --quick --checkpoint vla/checkpoints/base --task pick_blue_cube   # smoke run
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as _dt
+import json
+import os
+import pathlib
+import platform
+import sys
+import tempfile
+import time
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+for p in (ROOT, ROOT / "bench"):
+    if str(p) not in sys.path:
+        sys.path.insert(0, str(p))
+
+import numpy as np  # noqa: E402
+
+import dsrl as dsrl_bench  # noqa: E402  (bench/dsrl.py: sites on own ports, base reuse, run collection)
+from sarl import max_steps, wilson  # noqa: E402
+
+ARMS = ("grpo", "lfh", "instruction-only", "rescore-only", "random")
+COLORS = {"grpo": "#4c72b0", "lfh": "#c44e52", "instruction-only": "#dd8452", "rescore-only": "#8172b3",
+          "random": "#8c8c8c"}
+GOAL = {"lift_points": 0.20, "lfh_steps_fraction": 1 / 3, "usable_share": 0.70}
+
+
+def launch(job: dict, site: str, args):
+    arm = job["arm"]
+    per_update = args.group_size * args.groups_per_update
+    ticks = args.updates * per_update * max_steps(job["task"])  # an upper bound: successes end episodes early
+    cmd = [sys.executable, "-m", "vla.cli", "rl", "--checkpoint", args.checkpoint, "--task", job["task"],
+           "--out", job["out"], "--robot", site, "--seed", str(job["seed"]), "--exec-steps", str(args.exec_steps),
+           "--eval-episodes", str(args.eval_episodes), "--threads", "1", "--serve", "always", "--videos", "0",
+           "--total-ticks", str(ticks), "--eval-every", str(args.eval_every_updates * per_update),
+           "--checkpoint-every", str(per_update), "--warmup-steps", "0",
+           "--group-size", str(args.group_size), "--groups-per-update", str(args.groups_per_update),
+           "--sigma", str(args.sigma), "--lr", str(args.lr), "--train", args.train,
+           "--total-episodes", str(args.updates * per_update)]
+    if arm == "grpo":
+        cmd += ["--method", "grpo"]
+    else:
+        cmd += ["--method", "lfh", "--judge", "sim", "--hindsight", "lfh" if arm == "lfh" else arm,
+                "--hindsight-coef", str(args.hindsight_coef)]
+    return dsrl_bench.start_session(cmd, job)
+
+
+def collect(job: dict) -> dict:
+    r = dsrl_bench.collect({**job, "method": job["arm"]})
+    r.update(arm=job["arm"])
+    out = job["out"]
+    if "final" not in r:
+        return r
+    with open(os.path.join(out, "summary.json")) as f:
+        s = json.load(f)
+    r["final_successes"] = int(round(s["final_success_rate"] * s["eval_episodes"]))
+    r["eval_episodes"] = s["eval_episodes"]
+    with open(os.path.join(out, "base_eval.json")) as f:
+        b = json.load(f)
+    r["base_successes"], r["base_episodes"] = int(b["successes"]), int(b["episodes"])
+    per_update = job["group_size"] * job["groups_per_update"]
+    evals = [json.loads(x) for x in open(os.path.join(out, "evals.jsonl"))] \
+        if os.path.isfile(os.path.join(out, "evals.jsonl")) else []
+    r["curve_updates"] = [(0, s["base_success_rate"])] + [((e["episode"] + 1) // per_update, e["success_rate"])
+                                                          for e in evals]
+    if not evals or (evals[-1]["episode"] + 1) != s["episodes"]:
+        r["curve_updates"].append((s["episodes"] // per_update, s["final_success_rate"]))
+    eps = [json.loads(x) for x in open(os.path.join(out, "episodes.jsonl"))]
+    ups = [e for e in eps if "charts/usable_groups" in e]
+    r["usable_per_update"] = [e["charts/usable_groups"] for e in ups]
+    r["usable_with_hindsight_per_update"] = [e["charts/usable_groups_with_hindsight"] for e in ups]
+    r["train_success_per_update"] = [e["charts/group_success"] for e in ups]
+    r["episodes"] = s["episodes"]
+    r["agent"] = s.get("agent", {})
+    r["relabels"] = relabel_counts(out)
+    return r
+
+
+def relabel_counts(out: str) -> dict[str, int]:
+    """How often each hindsight instruction was proposed (``relabels`` of the episodes that completed an update)."""
+    counts: dict[str, int] = {}
+    for line in open(os.path.join(out, "episodes.jsonl")):
+        for g in json.loads(line).get("relabels", []):
+            counts[g] = counts.get(g, 0) + 1
+    return counts
+
+
+def summarize(done: list[dict], args) -> dict:
+    out: dict = {}
+    for task in args.tasks:
+        cell = {}
+        for arm in args.arms:
+            rs = [r for r in done if r["task"] == task and r["arm"] == arm and "final" in r]
+            if not rs:
+                continue
+            k = sum(r["final_successes"] for r in rs)
+            n = sum(r["eval_episodes"] for r in rs)
+            kb = sum(r["base_successes"] for r in rs)
+            nb = sum(r["base_episodes"] for r in rs)
+            cell[arm] = {"seeds": len(rs), "final": [r["final"] for r in rs], "rate": k / n, "ci95": wilson(k, n),
+                         "base_rate": kb / nb, "base_ci95": wilson(kb, nb), "lift_points": k / n - kb / nb,
+                         "usable_share": float(np.mean([u for r in rs for u in r["usable_per_update"]] or [0.0])),
+                         "usable_share_with_hindsight": float(np.mean(
+                             [u for r in rs for u in r["usable_with_hindsight_per_update"]] or [0.0])),
+                         "train_success_first_last": [[r["train_success_per_update"][0],
+                                                       r["train_success_per_update"][-1]] for r in rs
+                                                      if r["train_success_per_update"]],
+                         "relabels": {g: sum(r["relabels"].get(g, 0) for r in rs)
+                                      for g in sorted({g for r in rs for g in r["relabels"]})}}
+        if "grpo" in cell and "lfh" in cell:  # the first update at which LfH reached GRPO's final success
+            target = cell["grpo"]["rate"]
+            firsts = []
+            for r in [r for r in done if r["task"] == task and r["arm"] == "lfh" and "final" in r]:
+                firsts.append(next((u for u, v in r["curve_updates"][1:] if v >= target), None))
+            cell["lfh_first_update_at_grpo_final"] = firsts
+        out[task] = cell
+    return out
+
+
+def plot(done: list[dict], summary: dict, path: pathlib.Path, title: str) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    tasks = list(summary)
+    fig, axes = plt.subplots(len(tasks), 2, figsize=(12, 4.2 * len(tasks)), squeeze=False)
+    for row, task in enumerate(tasks):
+        ax, ax2 = axes[row]
+        for arm in ARMS:
+            rs = [r for r in done if r["task"] == task and r["arm"] == arm and "final" in r]
+            for i, r in enumerate(rs):
+                u, v = zip(*r["curve_updates"])
+                ax.plot(u, v, "-o", color=COLORS[arm], alpha=0.9 if len(rs) == 1 else 0.5, ms=4,
+                        label=f"{arm}" if i == 0 else None)
+                ups = np.arange(1, len(r["usable_per_update"]) + 1)
+                ax2.plot(ups, r["usable_with_hindsight_per_update"], "-", color=COLORS[arm], alpha=0.7,
+                         label=f"{arm} (with hindsight)" if i == 0 and arm != "grpo" else None)
+                if arm == "grpo":
+                    ax2.plot(ups, r["usable_per_update"], "-", color=COLORS[arm], alpha=0.9,
+                             label="grpo" if i == 0 else None)
+        base = next(iter(summary[task].values()), {}).get("base_rate")
+        if base is not None:
+            ax.axhline(base, color="k", ls=":", lw=1, label="base VLA")
+        ax.set_title(f"{task}: evaluation success")
+        ax.set_xlabel("policy updates")
+        ax.set_ylim(-0.03, 1.03)
+        ax.legend(fontsize=8)
+        ax2.set_title(f"{task}: share of usable groups per update")
+        ax2.set_xlabel("policy update")
+        ax2.set_ylim(-0.03, 1.03)
+        ax2.legend(fontsize=8)
+    fig.suptitle(title)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--checkpoint", required=True, help="the VLA GRPO starts from (its files are never changed)")
+    ap.add_argument("--task", action="append", dest="tasks", required=True)
+    ap.add_argument("--arms", nargs="+", default=list(ARMS), choices=ARMS)
+    ap.add_argument("--seeds", type=int, default=3, help="sessions per arm and task")
+    ap.add_argument("--ablation-seeds", type=int, default=None,
+                    help="sessions per ablation arm (instruction-only, rescore-only, random); default --seeds")
+    ap.add_argument("--updates", type=int, default=20, help="policy updates per session (the budget)")
+    ap.add_argument("--group-size", type=int, default=8, help="G: rollouts per group (LfH sim: 8)")
+    ap.add_argument("--groups-per-update", type=int, default=2)
+    ap.add_argument("--sigma", type=float, default=0.1, help="the stochastic sampler's noise per denoising step")
+    ap.add_argument("--lr", type=float, default=1e-5)
+    ap.add_argument("--train", default="policy", choices=("head", "policy", "lora"))
+    ap.add_argument("--hindsight-coef", type=float, default=0.1, help="lambda of the H-GRPO term (LfH: 0.1)")
+    ap.add_argument("--exec-steps", type=int, default=4, help="chunk rows executed per VLA query, every arm")
+    ap.add_argument("--eval-every-updates", type=int, default=5)
+    ap.add_argument("--eval-episodes", type=int, default=20)
+    ap.add_argument("--jobs", type=int, default=2, help="sessions run in parallel (one sim bridge each)")
+    ap.add_argument("--port0", type=int, default=6900, help="session j's sim bridge uses ports port0 + 20 j ...")
+    ap.add_argument("--quick", action="store_true", help="1 seed, 1 update of 2 x 2 rollouts, 2 evaluation episodes")
+    ap.add_argument("--name", default="lfh", help="result files bench/results/<name>.json / .png")
+    ap.add_argument("--out", type=pathlib.Path, default=ROOT / "bench" / "results")
+    ap.add_argument("--work", default=None, help="where the session run directories go (default a temp dir)")
+    args = ap.parse_args(argv)
+    if args.quick:
+        args.seeds, args.updates, args.group_size, args.groups_per_update = 1, 1, 2, 1
+        args.eval_every_updates, args.eval_episodes = 1, 2
+    work = args.work or tempfile.mkdtemp(prefix="bench-lfh-")
+    os.makedirs(work, exist_ok=True)
+    ablation_seeds = args.seeds if args.ablation_seeds is None else args.ablation_seeds
+    jobs = [{"task": t, "arm": arm, "method": arm, "seed": s, "group_size": args.group_size,
+             "groups_per_update": args.groups_per_update, "out": os.path.join(work, f"{t}-{arm}-s{s}")}
+            for s in range(args.seeds) for t in args.tasks for arm in args.arms
+            if arm in ("grpo", "lfh") or s < ablation_seeds]  # seed-major: every arm's first seed comes first
+    t0 = time.perf_counter()
+    done = dsrl_bench.run_jobs(jobs, work, args, launch)
+    done = [collect(next(j for j in jobs if j["out"] == r["out"]) | {"returncode": r["returncode"],
+                                                                      "wall_s": r["wall_s"]}) for r in done]
+    summary = summarize(done, args)
+    goals = {}
+    for task, cell in summary.items():
+        g = {}
+        if "grpo" in cell:
+            g["grpo_lift_points"] = {"goal": ">= 20 points over the base", "value": cell["grpo"]["lift_points"],
+                                     "met": cell["grpo"]["lift_points"] >= GOAL["lift_points"]}
+        if "lfh" in cell and "grpo" in cell:
+            firsts = cell["lfh_first_update_at_grpo_final"]
+            g["lfh_steps"] = {"goal": "LfH reaches GRPO's final success in <= 1/3 of its updates",
+                              "first_updates": firsts,
+                              "met": bool(firsts) and all(f is not None and f <= args.updates * GOAL["lfh_steps_fraction"]
+                                                          for f in firsts) and cell["grpo"]["lift_points"] > 0}
+            g["lfh_usable"] = {"goal": ">= 70% usable groups", "value": cell["lfh"]["usable_share_with_hindsight"],
+                               "grpo": cell["grpo"]["usable_share"],
+                               "met": cell["lfh"]["usable_share_with_hindsight"] >= GOAL["usable_share"]}
+        goals[task] = g
+    args.ablation_seeds = ablation_seeds
+    keys = ("checkpoint", "tasks", "arms", "seeds", "ablation_seeds", "updates", "group_size", "groups_per_update", "sigma", "lr", "train",
+            "hindsight_coef", "exec_steps", "eval_every_updates", "eval_episodes", "jobs")
+    res = {"bench": "lfh", "quick": args.quick, "date": _dt.datetime.now().isoformat(timespec="seconds"),
+           "machine": {"cpu_count": os.cpu_count(), "platform": platform.platform()},
+           "settings": {k: getattr(args, k) for k in keys}, "wall_s_total": time.perf_counter() - t0,
+           "judge": "sim (PRIVILEGED: the simulator's success predicates and pick sub-skills)",
+           "summary": summary, "goals": goals,
+           "runs": [{k: v for k, v in {**r, "out": dsrl_bench.portable(r["out"])}.items() if k not in ("t0",)}
+                    for r in done]}
+    res["settings"]["checkpoint"] = dsrl_bench.portable(args.checkpoint)
+    args.out.mkdir(parents=True, exist_ok=True)
+    with open(args.out / f"{args.name}.json", "w") as f:
+        json.dump(res, f, indent=2)
+    plot(done, summary, args.out / f"{args.name}.png",
+         f"GRPO / LfH from {os.path.basename(os.path.normpath(args.checkpoint))}: {args.updates} updates of "
+         f"{args.groups_per_update} x {args.group_size} rollouts, {args.seeds} seed(s), exec {args.exec_steps}")
+    for task, cell in summary.items():
+        row = "  ".join(f"{arm} {m['rate']:.0%} (usable {m['usable_share_with_hindsight']:.0%})"
+                        for arm, m in cell.items() if isinstance(m, dict) and "rate" in m)
+        base = next((m["base_rate"] for m in cell.values() if isinstance(m, dict) and "base_rate" in m), None)
+        print(f"{task:<20} base {base:.0%}  {row}" if base is not None else task)
+    print(f"wrote {args.out / (args.name + '.json')} and {args.name}.png")
+    return 0 if all("final" in r for r in done) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
