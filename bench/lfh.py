@@ -196,7 +196,7 @@ def main(argv=None) -> int:
     ap.add_argument("--group-size", type=int, default=8, help="G: rollouts per group (LfH sim: 8)")
     ap.add_argument("--groups-per-update", type=int, default=2)
     ap.add_argument("--sigma", type=float, default=0.1, help="the stochastic sampler's noise per denoising step")
-    ap.add_argument("--lr", type=float, default=1e-5)
+    ap.add_argument("--lr", type=float, default=5e-6)
     ap.add_argument("--train", default="policy", choices=("head", "policy", "lora"))
     ap.add_argument("--hindsight-coef", type=float, default=0.1, help="lambda of the H-GRPO term (LfH: 0.1)")
     ap.add_argument("--exec-steps", type=int, default=4, help="chunk rows executed per VLA query, every arm")

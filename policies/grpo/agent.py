@@ -14,7 +14,8 @@ One update, top to bottom (``GRPOAgent._update``):
 4. ``epochs`` passes of PPO-clip over minibatches of macro-steps. Each denoising step is a token: ratio
    pi_theta(step | o, g) / pi_old(step | o, g), surrogate -min(rA, clip(r)A) averaged over tokens. A hindsight item's
    ratio is pi_theta(step | o, g') / pi_old(step | o, g): the prompt re-encoded with g', the rollout's old
-   log-probabilities kept. Loss: L_GRPO + lambda * rescale(L_H, c) + kl_coef * KL(pi_theta || pi_ref).
+   log-probabilities kept. Loss: L_GRPO + lambda * rescale(L_H, c) + kl_coef * KL(pi_theta || pi_ref), each
+   surrogate dual-clipped (a negative-advantage token's loss at most -3 A).
 
 The weights move on the agent's own copy of the VLA (``policy``); the session's VLA (the reference of the KL) and
 the base checkpoint's files are untouched. ``summarize`` writes the tuned copy as a checkpoint, ``RUN/policy``, which
@@ -46,14 +47,19 @@ def group_advantages(rewards: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
 
 
 def clipped_surrogate(new_logp: torch.Tensor, old_logp: torch.Tensor, adv: torch.Tensor, clip: float,
-                      mask: torch.Tensor | None = None) -> tuple[torch.Tensor, dict[str, float]]:
+                      mask: torch.Tensor | None = None, dual_clip: float = 0.0) -> tuple[torch.Tensor, dict[str, float]]:
     """PPO-clip over tokens: ``new_logp`` / ``old_logp`` [B, K] (one column per denoising step), ``adv`` [B]
-    (one per macro-step, broadcast over its tokens), ``mask`` [B, K] the stochastic steps. -> (loss, stats)."""
+    (one per macro-step, broadcast over its tokens), ``mask`` [B, K] the stochastic steps. ``dual_clip`` c > 1
+    bounds a negative-advantage token's loss at -c A (dual-clip PPO, Ye et al. 2020): a ratio far above 1 with
+    A < 0 -- what a hindsight prompt g' gives against the old policy under g -- no longer scales the gradient
+    without bound. -> (loss, stats)."""
     if mask is None:
         mask = torch.ones_like(new_logp)
     ratio = torch.exp((new_logp - old_logp).clamp(-20.0, 20.0))
     a = adv[:, None]
     surr = -torch.min(ratio * a, ratio.clamp(1.0 - clip, 1.0 + clip) * a)
+    if dual_clip > 1.0:
+        surr = torch.where(a < 0, torch.minimum(surr, -dual_clip * a), surr)
     n = mask.sum().clamp(min=1.0)
     loss = (surr * mask).sum() / n
     with torch.no_grad():
@@ -315,7 +321,7 @@ class GRPOAgent(Agent):
                     sel = hind == is_h
                     if not bool(sel.any()):
                         continue
-                    part, st = clipped_surrogate(new[sel], old[sel], adv[sel], cfg.clip, mask[sel])
+                    part, st = clipped_surrogate(new[sel], old[sel], adv[sel], cfg.clip, mask[sel], cfg.dual_clip)
                     if is_h:
                         h_losses.append(float(part.detach().abs()))
                         c = self._clip_c

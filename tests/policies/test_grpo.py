@@ -184,8 +184,8 @@ def test_the_hindsight_ratio_has_g_prime_over_the_old_policy_under_g(monkeypatch
     calls = []
     real = grpo.clipped_surrogate
     monkeypatch.setattr(grpo, "clipped_surrogate",
-                        lambda new, old, adv, clip, mask=None: calls.append((new.detach(), old.clone())) or
-                        real(new, old, adv, clip, mask))
+                        lambda new, old, adv, clip, mask=None, dual_clip=0.0: calls.append((new.detach(), old.clone()))
+                        or real(new, old, adv, clip, mask, dual_clip))
     steps_before = None
 
     def keep_group(agent_):  # the group's steps as stored, before the update consumes them
@@ -348,3 +348,18 @@ def test_total_episodes_ends_an_in_process_session(tmp_path):
     s = run_session(dataclasses.replace(cfg, total_episodes=24, eval_episodes=2), make_env(), pretrained_bandit_vla(),
                     progress=False)
     assert s["episodes"] == 24 and s["agent"]["updates"] == 1  # 24 rollouts: one update of 2 groups of 8, 8 left over
+
+
+def test_dual_clip_bounds_a_negative_advantage_token():
+    from policies.grpo.agent import clipped_surrogate
+
+    old = torch.zeros(1, 2)
+    new = torch.tensor([[3.0, -3.0]], requires_grad=True)  # ratios e^3 and e^-3
+    plain, _ = clipped_surrogate(new, old, torch.tensor([-1.0]), 0.2)
+    dual, _ = clipped_surrogate(new, old, torch.tensor([-1.0]), 0.2, dual_clip=3.0)
+    assert plain.item() == pytest.approx((np.exp(3) + 0.8) / 2)  # unbounded in the ratio
+    assert dual.item() == pytest.approx((3.0 + 0.8) / 2)  # at most -c A
+    dual.backward()
+    assert new.grad.abs().sum() == 0  # both tokens clipped: no gradient
+    pos, _ = clipped_surrogate(new.detach(), old, torch.tensor([1.0]), 0.2, dual_clip=3.0)
+    assert pos.item() == pytest.approx(-(1.2 + np.exp(-3)) / 2)  # positive advantages: plain PPO-clip
