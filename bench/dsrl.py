@@ -130,6 +130,18 @@ def collect(job: dict) -> dict:
     return res
 
 
+def eval_counts(out: str) -> tuple[dict, dict]:
+    """A finished session's ``summary.json`` and its counts: the final evaluation's and the base VLA's successes out
+    of their episodes (``final_successes``, ``eval_episodes``, ``base_successes``, ``base_episodes``)."""
+    with open(os.path.join(out, "summary.json")) as f:
+        s = json.load(f)
+    with open(os.path.join(out, "base_eval.json")) as f:
+        b = json.load(f)
+    return s, {"final_successes": int(round(s["final_success_rate"] * s["eval_episodes"])),
+               "eval_episodes": s["eval_episodes"], "base_successes": int(b["successes"]),
+               "base_episodes": int(b["episodes"])}
+
+
 def portable(arg: str | None) -> str | None:
     """An absolute path in the results becomes ``vla_steerability.portable_path``'s form (from its last ``runs``
     folder on): no machine paths in results."""

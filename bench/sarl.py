@@ -97,13 +97,8 @@ def collect(job: dict) -> dict:
     out = job["out"]
     if "final" not in r:
         return r
-    with open(os.path.join(out, "summary.json")) as f:
-        s = json.load(f)
-    r["final_successes"] = int(round(s["final_success_rate"] * s["eval_episodes"]))
-    r["eval_episodes"] = s["eval_episodes"]
-    with open(os.path.join(out, "base_eval.json")) as f:
-        b = json.load(f)
-    r["base_successes"], r["base_episodes"] = int(b["successes"]), int(b["episodes"])
+    s, counts = dsrl_bench.eval_counts(out)
+    r.update(counts)
     evals = [json.loads(x) for x in open(os.path.join(out, "evals.jsonl"))] \
         if os.path.isfile(os.path.join(out, "evals.jsonl")) else []
     # the policy's evaluations (the base VLA under the task prompt is its own row: ``task prompt``)

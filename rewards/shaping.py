@@ -45,7 +45,6 @@ initial targets do). Its scale relative to the task reward is set by the judgeme
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import json
 import math
 import os
@@ -342,19 +341,6 @@ class ShapedRewardWrapper(gym.Wrapper):
 
 
 # -- save / load -------------------------------------------------------------------------------
-def _sha256(path: str) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
-
-
-def _fsync(path: str) -> None:
-    with open(path, "rb") as f:
-        os.fsync(f.fileno())
-
-
 def save_potential(path: str, net: PotentialNet, gamma: float, scale: float = 1.0,
                    extra: dict[str, Any] | None = None) -> None:
     """``potential.safetensors`` + ``potential.json`` (kind, in_dim, hidden, gamma, scale, the weights'
@@ -362,6 +348,8 @@ def save_potential(path: str, net: PotentialNet, gamma: float, scale: float = 1.
     moved into place. The json is written last and names the weights' hash, so a half-replaced
     pair fails to load instead of loading mismatched."""
     from safetensors.torch import save_file
+
+    from rewards.success_classifier import _atomic_write_text, _fsync, _sha256
 
     PotentialShaping(lambda s: 0.0, gamma, scale)  # the same checks as at use
     os.makedirs(path, exist_ok=True)
@@ -372,12 +360,7 @@ def save_potential(path: str, net: PotentialNet, gamma: float, scale: float = 1.
     os.replace(tmp, os.path.join(path, WEIGHTS_FILE))
     meta = {"kind": KIND, "in_dim": net.in_dim, "hidden": net.hidden, "gamma": float(gamma), "scale": float(scale),
             "weights_sha256": digest, **(extra or {})}
-    tmp = os.path.join(path, CONFIG_FILE + ".tmp")
-    with open(tmp, "w") as f:
-        f.write(json.dumps(meta, indent=2))
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, os.path.join(path, CONFIG_FILE))
+    _atomic_write_text(os.path.join(path, CONFIG_FILE), json.dumps(meta, indent=2))
 
 
 def load_potential(path: str) -> tuple[PotentialNet, dict[str, Any]]:
@@ -393,6 +376,8 @@ def load_potential(path: str) -> tuple[PotentialNet, dict[str, Any]]:
         raise ValueError(f"{cfg_path} is a {meta.get('kind')!r} checkpoint, not a {KIND!r}")
     if not os.path.isfile(weights):
         raise FileNotFoundError(f"{path}: no {WEIGHTS_FILE}")
+    from rewards.success_classifier import _sha256
+
     if _sha256(weights) != meta["weights_sha256"]:
         raise ValueError(f"{weights} does not match the sha256 in {CONFIG_FILE} (an interrupted save, or files "
                          "from different fits): fit again, or restore both files together")

@@ -137,20 +137,7 @@ def test_fit_potential_names_the_bad_argument():
 
 
 # -- pair sources --------------------------------------------------------------------------------
-def pose(x, y, z, yaw=0.0):
-    return np.array([x, y, z, math.cos(yaw / 2), 0.0, 0.0, math.sin(yaw / 2)])
-
-
-def scene(**over):
-    """Everything resting apart on the table (as in tests/hardware/test_sim_tasks.py), overrides by name."""
-    objs = {"red_cube": pose(0.45, 0.10, CUBE_HALF), "green_cube": pose(0.55, 0.15, CUBE_HALF),
-            "blue_cube": pose(0.60, -0.05, CUBE_HALF), "bowl": pose(0.45, -0.15, 0.0045),
-            "target": pose(0.60, 0.05, 0.0015)}
-    objs.update(over)
-    return objs
-
-
-FAR = np.array([0.5, 0.0, 0.4])  # tcp well away from every object
+from tests.hardware.test_sim_tasks import FAR, pose, scene  # noqa: E402  (hand-made simulator states)
 
 
 def test_subgoal_comparator_orders_a_lifted_cube_above_one_on_the_table():
