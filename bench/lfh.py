@@ -93,6 +93,10 @@ def collect(job: dict) -> dict:
     r["usable_per_update"] = [e["charts/usable_groups"] for e in ups]
     r["usable_with_hindsight_per_update"] = [e["charts/usable_groups_with_hindsight"] for e in ups]
     r["train_success_per_update"] = [e["charts/group_success"] for e in ups]
+    # whether learning happens at all: how far each update moved the policy, and the hindsight term's size
+    r["clip_fraction_per_update"] = [e.get("diag/clip_fraction") for e in ups]
+    r["kl_to_base_per_update"] = [e.get("losses/kl") for e in ups]
+    r["hindsight_loss_per_update"] = [e.get("losses/hindsight") for e in ups]
     r["episodes"] = s["episodes"]
     r["agent"] = s.get("agent", {})
     r["relabels"] = relabel_counts(out)
@@ -147,9 +151,9 @@ def plot(done: list[dict], summary: dict, path: pathlib.Path, title: str) -> Non
     import matplotlib.pyplot as plt
 
     tasks = list(summary)
-    fig, axes = plt.subplots(len(tasks), 2, figsize=(12, 4.2 * len(tasks)), squeeze=False)
+    fig, axes = plt.subplots(len(tasks), 3, figsize=(17, 4.2 * len(tasks)), squeeze=False)
     for row, task in enumerate(tasks):
-        ax, ax2 = axes[row]
+        ax, ax2, ax3 = axes[row]
         for arm in ARMS:
             rs = [r for r in done if r["task"] == task and r["arm"] == arm and "final" in r]
             for i, r in enumerate(rs):
@@ -162,6 +166,8 @@ def plot(done: list[dict], summary: dict, path: pathlib.Path, title: str) -> Non
                 if arm == "grpo":
                     ax2.plot(ups, r["usable_per_update"], "-", color=COLORS[arm], alpha=0.9,
                              label="grpo" if i == 0 else None)
+                ax3.plot(ups, r["train_success_per_update"], "-", color=COLORS[arm], alpha=0.7,
+                         label=arm if i == 0 else None)
         base = next(iter(summary[task].values()), {}).get("base_rate")
         if base is not None:
             ax.axhline(base, color="k", ls=":", lw=1, label="base VLA")
@@ -173,6 +179,10 @@ def plot(done: list[dict], summary: dict, path: pathlib.Path, title: str) -> Non
         ax2.set_xlabel("policy update")
         ax2.set_ylim(-0.03, 1.03)
         ax2.legend(fontsize=8)
+        ax3.set_title(f"{task}: training rollouts' success per update")
+        ax3.set_xlabel("policy update")
+        ax3.set_ylim(-0.03, 1.03)
+        ax3.legend(fontsize=8)
     fig.suptitle(title)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
@@ -200,6 +210,8 @@ def main(argv=None) -> int:
     ap.add_argument("--jobs", type=int, default=2, help="sessions run in parallel (one sim bridge each)")
     ap.add_argument("--port0", type=int, default=6900, help="session j's sim bridge uses ports port0 + 20 j ...")
     ap.add_argument("--quick", action="store_true", help="1 seed, 1 update of 2 x 2 rollouts, 2 evaluation episodes")
+    ap.add_argument("--collect-only", action="store_true",
+                    help="report the sessions of --work that finished (a bench cut short); run nothing")
     ap.add_argument("--name", default="lfh", help="result files bench/results/<name>.json / .png")
     ap.add_argument("--out", type=pathlib.Path, default=ROOT / "bench" / "results")
     ap.add_argument("--work", default=None, help="where the session run directories go (default a temp dir)")
@@ -215,6 +227,9 @@ def main(argv=None) -> int:
             for s in range(args.seeds) for t in args.tasks for arm in args.arms
             if arm in ("grpo", "lfh") or s < ablation_seeds]  # seed-major: every arm's first seed comes first
     t0 = time.perf_counter()
+    if args.collect_only:  # a bench cut short: report the sessions that finished, run nothing
+        jobs = [j for j in jobs if os.path.isfile(os.path.join(j["out"], "summary.json"))]
+        print(f"collecting {len(jobs)} finished session(s) from {work}", flush=True)
     done = dsrl_bench.run_jobs(jobs, work, args, launch)
     done = [collect(next(j for j in jobs if j["out"] == r["out"]) | {"returncode": r["returncode"],
                                                                       "wall_s": r["wall_s"]}) for r in done]
@@ -236,7 +251,8 @@ def main(argv=None) -> int:
                                "met": cell["lfh"]["usable_share_with_hindsight"] >= GOAL["usable_share"]}
         goals[task] = g
     args.ablation_seeds = ablation_seeds
-    keys = ("checkpoint", "tasks", "arms", "seeds", "ablation_seeds", "updates", "group_size", "groups_per_update", "sigma", "lr", "train",
+    args.collected_only = args.collect_only
+    keys = ("checkpoint", "tasks", "arms", "seeds", "ablation_seeds", "collected_only", "updates", "group_size", "groups_per_update", "sigma", "lr", "train",
             "hindsight_coef", "exec_steps", "eval_every_updates", "eval_episodes", "jobs")
     res = {"bench": "lfh", "quick": args.quick, "date": _dt.datetime.now().isoformat(timespec="seconds"),
            "machine": {"cpu_count": os.cpu_count(), "platform": platform.platform()},
@@ -251,7 +267,8 @@ def main(argv=None) -> int:
         json.dump(res, f, indent=2)
     plot(done, summary, args.out / f"{args.name}.png",
          f"GRPO / LfH from {os.path.basename(os.path.normpath(args.checkpoint))}: {args.updates} updates of "
-         f"{args.groups_per_update} x {args.group_size} rollouts, {args.seeds} seed(s), exec {args.exec_steps}")
+         f"{args.groups_per_update} x {args.group_size} rollouts, exec {args.exec_steps}; seeds: "
+         + ", ".join(f"{a} {sum(1 for r in done if r['arm'] == a and 'final' in r)}" for a in args.arms))
     for task, cell in summary.items():
         row = "  ".join(f"{arm} {m['rate']:.0%} (usable {m['usable_share_with_hindsight']:.0%})"
                         for arm, m in cell.items() if isinstance(m, dict) and "rate" in m)
