@@ -41,7 +41,7 @@ class RLConfig:
     base VLA's and the agent's evaluations (e.g. an agent with a fixed policy)."""
     total_episodes: int = 0
     """Also stop after this many training episodes (0: no limit; in-process sessions): a budget of rollouts, as
-    GRPO counts it, where a tick budget would give a policy that succeeds sooner more episodes."""
+    an on-policy method counts it, where a tick budget would give a policy that succeeds sooner more episodes."""
     max_episode_ticks: int | None = None
     """Episode length in control ticks (default: the sim task's max_steps, or the env's own limit: its max_ticks,
     TimeLimit or spec.max_episode_steps; else 200). An env that truncates itself earlier ends the episode there."""

@@ -298,7 +298,7 @@ class Session:
             obs, aobs = obs2, aobs2
             if term or trunc:
                 break
-        if learn and self.sink is None:  # an episode-level update (on-policy methods: GRPO)
+        if learn and self.sink is None:  # an episode-level update (on-policy methods)
             losses = agent.end_episode({"success": success, "ticks": ticks, "steps": steps, "return": ret})
             if losses:
                 last = losses
@@ -425,7 +425,7 @@ def open_session(sess: Session, resume: bool) -> None:
 
 def episode_seed(cfg: RLConfig, episode: int, per_scene: int = 1) -> int:
     """Training scenes apart from the recorder's seeds (0 ...) and the evaluation seeds (eval_seed_start ...);
-    ``per_scene`` consecutive episodes share one scene (``Agent.episodes_per_scene``: GRPO's groups)."""
+    ``per_scene`` consecutive episodes share one scene (``Agent.episodes_per_scene``: an on-policy method's groups)."""
     return 1_000_000 * (cfg.seed + 1) + episode // max(int(per_scene), 1)
 
 
