@@ -300,23 +300,27 @@ class GRPOAgent(Agent):
             info["losses/policy"] = 0.0
             self._relabels_log = {"relabels": relabels} if cfg.hindsight != "off" else {}
             return info
-        # the reference's log-probabilities under the numerator's prompt, once (the KL's pi_ref)
+        ref_cache: dict[int, torch.Tensor] = {}  # the base's log-probabilities per item (the KL's pi_ref), once
         stats: dict[str, list[float]] = {"policy": [], "hindsight": [], "kl": [], "clip_fraction": [], "approx_kl": []}
         order = np.arange(len(items))
         h_losses = []
         for _ in range(cfg.epochs):
             self.rng.shuffle(order)
             for lo in range(0, len(order), cfg.minibatch):
-                mb = [items[i] for i in order[lo: lo + cfg.minibatch]]
+                idx = order[lo: lo + cfg.minibatch]
+                mb = [items[i] for i in idx]
                 obs, chain, old = batch_steps([m[0] for m in mb], [m[2] for m in mb])
                 adv = torch.tensor([m[1] for m in mb])
                 hind = torch.tensor([m[3] for m in mb])
                 mask = (old != 0).float()  # the deterministic last step has no log-probability
                 new = self.policy.chain_logprob(obs, chain, sigma=cfg.sigma)
-                with torch.no_grad():
-                    ref = self.vla.chain_logprob(obs, chain, sigma=cfg.sigma)
-                loss = k3_kl(new, ref, mask) * cfg.kl_coef
-                stats["kl"].append(float(k3_kl(new.detach(), ref, mask)))
+                if not all(int(i) in ref_cache for i in idx):  # the first epoch: every item once
+                    with torch.no_grad():
+                        ref_cache.update(zip(map(int, idx), self.vla.chain_logprob(obs, chain, sigma=cfg.sigma)))
+                ref = torch.stack([ref_cache[int(i)] for i in idx])
+                kl = k3_kl(new, ref, mask)
+                loss = kl * cfg.kl_coef
+                stats["kl"].append(float(kl.detach()))
                 for is_h in (False, True):
                     sel = hind == is_h
                     if not bool(sel.any()):
