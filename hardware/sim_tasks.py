@@ -8,6 +8,11 @@ sub-skills the task is made of (``pick`` / ``place`` / ``push``); the scripted e
 
 Registry: ``TASKS`` (name -> Task); ``get_task(name)`` raises ``KeyError`` with a "did you
 mean" on typos. ``SimFranka.reset(seed, task=name)`` places the scene by the task's layout.
+Scene variants (``Task.variant_of``) are a task under another name with other scenes: same
+instruction and wordings. ``pick_red_cube_yaw45`` turns the red cube 45 degrees from the
+home finger axis and ``pick_red_cube_crowded`` also stands the blue cube 1 cm from it, which must be
+left standing (:class:`TurnedPickTask`): scenes for behaviour modes (``ScriptedExpert(grasp_mode=...)``).
+:func:`base_tasks` leaves the variants out.
 
 State. Predicates take ``objects: {name: pose7}`` (position + quaternion wxyz, world frame =
 robot base frame, the table top is z = 0), ``ee_pos`` [3] (the tcp, between the fingertips)
@@ -47,6 +52,11 @@ BOWL_WALL_TOP = 0.036  # top of the walls above the bowl body origin
 TARGET_RADIUS = 0.04
 OBJECT_REGION = ((0.35, 0.65), (-0.22, 0.22))
 FINGER_SPAN = 0.08  # gripper opening 1.0 = 8 cm between the fingers
+HOME_FINGER_ANGLE = 0.0
+"""Finger (opening) axis of the home pose in the table plane, rad from world x (``hardware.sim_franka.HOME_Q``:
+the hand's y axis lies along world x; ``hardware.teleop.scripted.finger_angle`` of the reset tcp pose)."""
+NEIGHBOUR_GAP = 0.01
+"""``pick_red_cube_crowded``: gap between the red cube and its neighbour, face to face, m."""
 
 # Footprint radii for non-overlap (cube: half diagonal) and the clearance kept between
 # footprints so that open fingers fit between objects.
@@ -108,6 +118,15 @@ def grasped(obj: Pose7, ee_pos, gripper: float) -> bool:
 def reached(obj: Pose7, ee_pos) -> bool:
     """The tcp is at the cube, ready to close (within 2.5 cm sideways, 4 cm in height)."""
     return bool(dist_xy(obj, ee_pos) < 0.025 and abs(float(ee_pos[2]) - float(obj[2])) < 0.04)
+
+
+UPRIGHT_DEG = 20.0
+"""A cube stands (``upright``) while its body z axis is within this angle of vertical."""
+
+
+def upright(obj: Pose7) -> bool:
+    """The cube stands on the face it was placed on: its body z axis within ``UPRIGHT_DEG`` of world z."""
+    return bool(quat_to_mat(obj[3:7])[2, 2] > math.cos(math.radians(UPRIGHT_DEG)))
 
 
 def on_table(obj: Pose7) -> bool:
@@ -189,6 +208,9 @@ class Task(abc.ABC):
     held_out: tuple[str, ...] = ()
     """Paraphrases kept out of training (``vla train --paraphrases sim`` leaves them out), so that
     following an unseen wording can be measured (``bench/vla_confusion.py --wording held-out``)."""
+    variant_of: str | None = None
+    """The task this one is a scene variant of (same instruction and wordings, other scenes), or None.
+    Relabelling (:func:`achieved_tasks`, the sim judge) knows only the base task: a variant would repeat it."""
 
     def __post_init__(self) -> None:
         if not set(self.held_out) <= set(self.paraphrases):
@@ -395,6 +417,51 @@ class StackTask(Task):
         return sg
 
 
+@dataclasses.dataclass(frozen=True)
+class TurnedPickTask(PickTask):
+    """``PickTask`` in scenes made for behaviour modes (ExToken's token prior): the cube is turned so that the
+    home finger axis (``HOME_FINGER_ANGLE``) is 45 degrees from both of its face pairs, so a demonstrator must
+    turn the fingers one way or the other to grasp it (``ScriptedExpert(grasp_mode="ccw" | "cw")``), 45 degrees
+    either way. The other objects are laid out as usual.
+
+    With ``neighbour`` (a cube), that cube stands ``NEIGHBOUR_GAP`` from ``cube``, face to face, along one of
+    ``cube``'s two face axes (the axis and the side drawn from the scene seed). The fingers open 8 cm across one
+    face pair of a 4.5 cm cube: across the neighbour's axis a finger comes down on the neighbour. Measured
+    (``bench/expert_modes.py``): in this simulator the finger tips the 50 g neighbour over and the blocked turn
+    still lifts the cube, while the free turn never touches the neighbour. So with a neighbour the task is "pick up
+    the cube without knocking its neighbour over": success also needs the neighbour standing, its body z axis
+    within ``UPRIGHT_DEG`` of vertical (a state predicate: a tipped cube lies on a side face). Only one turning
+    direction succeeds, and which one depends on the scene."""
+
+    neighbour: str | None = None
+
+    def success(self, objects, ee_pos, gripper) -> bool:
+        return super().success(objects, ee_pos, gripper) and (self.neighbour is None
+                                                              or upright(objects[self.neighbour]))
+
+    def subgoals(self, objects, ee_pos, gripper) -> dict[str, bool]:
+        sg = super().subgoals(objects, ee_pos, gripper)
+        if self.neighbour is not None:
+            sg[f"{_short(self.neighbour)}_standing"] = upright(objects[self.neighbour])
+        return sg
+
+    def layout(self, rng):
+        yaw = HOME_FINGER_ANGLE + math.pi / 4
+        if self.neighbour is None:
+            p = sample_layout(rng)
+            p[self.cube] = (*p[self.cube][:2], yaw)
+            return p
+        axis = yaw + math.pi / 2 * int(rng.integers(2))  # one of the cube's two face axes
+        d = (2 * CUBE_HALF + NEIGHBOUR_GAP) * (1.0 if rng.random() < 0.5 else -1.0)  # centre to centre, either side
+        (x0, x1), (y0, y1) = OBJECT_REGION
+        for _ in range(1000):
+            x, y = rng.uniform(x0, x1), rng.uniform(y0, y1)
+            nx, ny = x + d * math.cos(axis), y + d * math.sin(axis)
+            if x0 <= nx <= x1 and y0 <= ny <= y1:
+                break
+        return sample_layout(rng, fixed={self.cube: (float(x), float(y), yaw), self.neighbour: (nx, ny, yaw)})
+
+
 # Where the long-horizon task's expert puts each cube, in the bowl frame (x, y) with the bowl's
 # axes taken as the world's: two cubes side by side on the floor, the third across them.
 BOWL_SLOTS = {"left": (0.0, 0.026), "right": (0.0, -0.026), "top": (0.0, 0.0)}
@@ -469,6 +536,26 @@ TASKS: dict[str, Task] = {t.name: t for t in (
 )}
 
 
+
+def _variant(base: Task, cls: type, name: str, **fields) -> Task:
+    """A scene variant of ``base``: its instruction, wordings, limits and success, under another name and class."""
+    kept = {f.name: getattr(base, f.name) for f in dataclasses.fields(base) if f.init}
+    return cls(**{**kept, "name": name, "variant_of": base.name, **fields})
+
+
+# Scene variants (``Task.variant_of``): the same task, in scenes made for behaviour modes (``TurnedPickTask``).
+TASKS.update({t.name: t for t in (
+    _variant(TASKS["pick_red_cube"], TurnedPickTask, "pick_red_cube_yaw45"),
+    _variant(TASKS["pick_red_cube"], TurnedPickTask, "pick_red_cube_crowded", neighbour="blue_cube"),
+)})
+
+
+def base_tasks() -> dict[str, Task]:
+    """The registered tasks that are not a scene variant of another (``Task.variant_of`` is None): what
+    relabelling and judges enumerate, since a variant's success and wordings are its base task's."""
+    return {n: t for n, t in TASKS.items() if t.variant_of is None}
+
+
 def get_task(name: str) -> Task:
     """The registered task called ``name``; a typo raises KeyError with the closest names."""
     if isinstance(name, Task):
@@ -481,8 +568,9 @@ def get_task(name: str) -> Task:
 
 
 def achieved_tasks(objects: Mapping[str, Pose7], ee_pos, gripper: float) -> list[str]:
-    """Names of the registered tasks whose success predicate holds on this state."""
-    return [n for n, t in TASKS.items() if t.success(objects, ee_pos, gripper)]
+    """Names of the registered tasks whose success predicate holds on this state (scene variants left out:
+    their base task names the same success)."""
+    return [n for n, t in base_tasks().items() if t.success(objects, ee_pos, gripper)]
 
 
 def achieved_skills(objects: Mapping[str, Pose7], ee_pos, gripper: float) -> list[str]:

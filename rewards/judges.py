@@ -66,11 +66,12 @@ log = logging.getLogger(__name__)
 
 
 def _sim_tasks() -> dict[str, "Task"]:
-    """``hardware.sim_tasks.TASKS``, imported when a judge needs the sim tasks' wordings (the records and the
-    parsing need no simulator)."""
-    from hardware.sim_tasks import TASKS
+    """``hardware.sim_tasks.base_tasks()`` (the registered tasks less their scene variants, which share their
+    base task's wordings and success), imported when a judge needs the sim tasks' wordings (the records and
+    the parsing need no simulator)."""
+    from hardware.sim_tasks import base_tasks
 
-    return TASKS
+    return base_tasks()
 
 VERDICTS: tuple[str, ...] = ("yes", "unsure", "no")
 VERDICT_SCORE: dict[str, float] = {"yes": 1.0, "unsure": 0.5, "no": 0.0}

@@ -50,6 +50,21 @@ above the cube, lifts nothing and gives up). ``close_early`` was written for lat
 episode reaches the same hover-over-the-cube state, where demos descend or close (``vla record --mistake-kind
 close_early``; what a VLA trained on them gave: ``bench/results/vla_sft/README.md``, round 13).
 
+Grasp modes. ``grasp_mode`` picks which face pair of a cube a pick grasps across, a behaviour mode rather
+than a quality (the multi-modal demos of ExToken's token prior: ``vla record --expert-mode``):
+
+* ``near`` (default): the face pair nearest the current finger angle, re-chosen every tick;
+* ``ccw`` / ``cw``: turn the fingers counter-clockwise / clockwise (about world z, seen from above) to the
+  next face pair on that side: the finger angle equal to the cube's yaw modulo 90 degrees in
+  (cur, cur + 90] (ccw) or [cur - 90, cur) (cw), decided when the pick's first approach starts and kept
+  (following the cube if it turns) through the approach and every retry of that pick;
+* ``random``: ``ccw`` or ``cw`` per episode, from the episode seed on a low-discrepancy sequence (like the
+  mistake draw, on its own axis), so N consecutive seeds hold N/2 of each (+-2).
+
+``mode`` holds the episode's mode (``ccw`` / ``cw`` for ``random``); ``describe()`` and ``last_info`` carry
+it. ``hardware.sim_tasks`` has scenes made for the modes (``pick_red_cube_yaw45``,
+``pick_red_cube_crowded``; ``bench/expert_modes.py`` measures them).
+
 The non-fatal knobs are absorbed by the closed loop (retries, re-approaches, redoing a place
 that did not hold), so the success rate follows the mistake rate: expected success ~=
 full-quality success x quality (see
@@ -71,6 +86,8 @@ from hardware.teleop.base import Teleop, TeleopCommand
 HOME_DOWN_QUAT = np.array([0.0, math.sqrt(0.5), math.sqrt(0.5), 0.0])  # fingers down, finger axis = world x
 CARRY_Z = 0.15
 _GOLDEN = (math.sqrt(5.0) - 1.0) / 2.0
+_SILVER = math.sqrt(2.0) - 1.0  # the grasp mode's sequence: independent of the mistake draw's golden one
+GRASP_MODES = ("near", "ccw", "cw", "random")
 MISTAKE_KINDS = ("wrong_object", "misplace", "stop_short", "close_early")
 DEFAULT_MISTAKE_KINDS = MISTAKE_KINDS[:3]
 CLOSE_EARLY_DZ = 0.05
@@ -122,6 +139,19 @@ def nearest_angle(want: float, current: float, period: float) -> float:
     return current + _wrap(want - current, period)
 
 
+def turned_angle(want: float, current: float, direction: str, period: float = math.pi / 2) -> float:
+    """The angle equal to ``want`` modulo ``period`` reached by turning from ``current`` in ``direction``:
+    ``"ccw"`` (counter-clockwise seen from above, angles grow) in (current, current + period], ``"cw"`` in
+    [current - period, current)."""
+    if direction == "ccw":
+        d = (want - current) % period
+        return current + (d if d > 0 else period)
+    if direction == "cw":
+        d = (current - want) % period
+        return current - (d if d > 0 else period)
+    raise ValueError(f"direction must be 'ccw' or 'cw', got {direction!r}")
+
+
 # --------------------------------------------------------------------------------------------
 # Quality knobs
 # --------------------------------------------------------------------------------------------
@@ -146,6 +176,9 @@ class ExpertKnobs:
     mistake_kinds: tuple[str, ...] = ()
     """Kinds the fatal mistake is drawn from, among those the task allows (module docstring); () = the
     default kinds (``DEFAULT_MISTAKE_KINDS``; ``close_early`` only when named)."""
+    grasp_mode: str = "near"
+    """Which face pair a pick grasps across (module docstring): near (the nearest), ccw / cw (turn the fingers
+    counter-clockwise / clockwise to the next pair), random (ccw or cw per episode, from the episode seed)."""
 
     def __post_init__(self) -> None:
         if not 0.0 <= self.mistake_prob <= 1.0 or not 0.0 <= self.pause_prob <= 1.0:
@@ -154,6 +187,8 @@ class ExpertKnobs:
             raise ValueError(f"speed must be in (0, 0.05] m per tick (the server's max step), got {self.speed}")
         if any(k not in MISTAKE_KINDS for k in self.mistake_kinds):
             raise ValueError(f"mistake_kinds must be a tuple of {MISTAKE_KINDS}, got {self.mistake_kinds!r}")
+        if self.grasp_mode not in GRASP_MODES:
+            raise ValueError(f"grasp_mode must be one of {GRASP_MODES}, got {self.grasp_mode!r}")
         for f in ("noise_std", "rot_noise_std", "grasp_error_m", "place_error_m"):
             if getattr(self, f) < 0:
                 raise ValueError(f"{f} must be >= 0, got {getattr(self, f)}")
@@ -185,7 +220,7 @@ class ScriptedExpert(Teleop):
     ``ScriptedExpert(name="scripted", quality=1.0, noise_std=None, seed=0, **knob_overrides)``
     then per episode ``begin_episode(task, seed, instruction)`` and every tick
     ``read(obs, privileged) -> TeleopCommand``. ``last_info`` tells what it is doing
-    (skill, phase, retries, mistake).
+    (skill, phase, retries, mistake, grasp mode); ``mode`` is the episode's grasp mode.
     """
 
     max_regrasps = 5
@@ -216,6 +251,8 @@ class ScriptedExpert(Teleop):
         self._master = np.random.default_rng(seed)  # episode seeds when begin_episode gets none
         self._rng = self._master
         self.task: Task | None = None
+        self.mode: str | None = None
+        """The grasp mode of the episode under way (``near``, ``ccw`` or ``cw``; None before the first)."""
         self.last_info: dict = {}
 
     def _connect(self) -> None:  # nothing to open: it reads the privileged state it is given
@@ -226,7 +263,7 @@ class ScriptedExpert(Teleop):
 
     def describe(self) -> dict:
         return {**super().describe(), "privileged": True, "oracle": True, "quality": self.quality,
-                "knobs": dataclasses.asdict(self.knobs)}
+                "knobs": dataclasses.asdict(self.knobs), "mode": self.mode}
 
     # -- episode ------------------------------------------------------------------------------
     def begin_episode(self, task: str | Task | None = None, seed: int | None = None, instruction: str = "") -> None:
@@ -255,6 +292,8 @@ class ScriptedExpert(Teleop):
         self.short_goal = None
         self.mis_spot = None
         self.mistake = self._draw_mistake(int(seed))
+        self.mode = self._draw_mode(int(seed))
+        self._pick_angles: dict[int, float] = {}  # plan index -> finger angle chosen by a turning mode
         if self.mistake and self.mistake[0] == "wrong_object":
             good, bad = self.mistake[1], self.mistake[2]
             self.plan = [tuple(bad if x == good else x for x in step) for step in self.plan]
@@ -297,6 +336,15 @@ class ScriptedExpert(Teleop):
             return ("misplace", places[int(rng.integers(len(places)))])
         return ("stop_short",)
 
+    def _draw_mode(self, seed: int) -> str:
+        if self.knobs.grasp_mode != "random":
+            return self.knobs.grasp_mode
+        # ccw or cw on a low-discrepancy sequence over the episode seed (as the mistake draw, but on the
+        # sqrt(2) sequence, so the two draws do not line up): N consecutive seeds hold N/2 of each, +-2.
+        phase = np.random.default_rng([self._base_seed, zlib.crc32(self.task.name.encode()),
+                                       zlib.crc32(b"grasp_mode")]).random()
+        return "ccw" if (phase + seed * _SILVER) % 1.0 < 0.5 else "cw"
+
     # -- one tick -----------------------------------------------------------------------------
     def read(self, obs: dict | None = None, privileged: dict | None = None) -> TeleopCommand:
         if self.task is None:
@@ -329,7 +377,7 @@ class ScriptedExpert(Teleop):
         self.t += 1
         action = self._action(target, angle, g, ee, eq)
         self.last_info = {"skill": self.plan[min(self.k, len(self.plan) - 1)], "phase": self.phase, "t": self.t,
-                          "regrasps": self.regrasps, "mistake": self.mistake}
+                          "regrasps": self.regrasps, "mistake": self.mistake, "mode": self.mode}
         return TeleopCommand(action=action, events=frozenset(events), intervening=True)
 
     def _action(self, target, angle, g, ee, eq) -> np.ndarray:
@@ -413,10 +461,20 @@ class ScriptedExpert(Teleop):
         if want != self.phase:
             self._enter(want)
 
+    def _grasp_angle(self, c, cur: float) -> float:
+        """The finger angle to grasp cube pose ``c`` with, by the episode's grasp mode."""
+        if self.mode == "near":  # the nearest face pair, every tick
+            return nearest_angle(cube_yaw(c), cur, math.pi / 2)
+        chosen = self._pick_angles.get(self.k)
+        if chosen is None:  # the first tick of this pick's first approach: turn to the next pair that way
+            chosen = self._pick_angles[self.k] = turned_angle(cube_yaw(c), cur, self.mode)
+        # the same face pair from then on, retries too (it follows the cube if the cube turns)
+        return nearest_angle(cube_yaw(c), chosen, math.pi / 2)
+
     def _pick(self, step, objs, ee, eq, grip):
         c = objs[step[1]]
         cur = finger_angle(eq)
-        angle = nearest_angle(cube_yaw(c), cur, math.pi / 2)
+        angle = self._grasp_angle(c, cur)
         xy = c[:2] + self.grasp_offset
         hover = max(float(c[2]) + HOVER_DZ, 0.12)
         grasp_z = float(c[2]) - 0.004

@@ -23,7 +23,7 @@ from robot_io.limits import ArmLimits  # noqa: E402
 from robot_io.wire import Message  # noqa: E402
 
 LONG = [n for n, t in TASKS.items() if len(t.skills) > 2]
-SINGLE = [n for n in TASKS if n not in LONG]
+SINGLE = [n for n in TASKS if n not in LONG and n != "pick_red_cube_crowded"]  # crowded: one turn fits (test_expert_modes)
 
 
 @pytest.fixture(scope="module")
@@ -78,9 +78,12 @@ def test_layout_is_seeded_reachable_and_non_overlapping(name):
         p = task.layout(np.random.default_rng(seed))
         for n, (x, y, yaw) in p.items():
             assert 0.35 <= x <= 0.65 and abs(y) <= 0.22 and -math.pi <= yaw <= math.pi, (n, x, y)
+        crowded = {task.cube, task.neighbour} if getattr(task, "neighbour", None) else set()
         for i, n in enumerate(OBJECT_NAMES):
             for m in OBJECT_NAMES[i + 1:]:
                 d = math.dist(p[n][:2], p[m][:2])
+                if {n, m} == crowded:  # set 1 cm apart on purpose: tests/hardware/test_expert_modes.py
+                    continue
                 assert d > FOOTPRINT[n] + FOOTPRINT[m] + 0.03, (seed, n, m, d)
         if name == "push_block_to_marker":
             assert 0.10 < math.dist(p["blue_cube"][:2], p["target"][:2]) < 0.20

@@ -9,7 +9,8 @@ is durable when it is saved (``vla.data.EpisodeWriter``); Ctrl-C or a kill loses
 episode in progress, and ``vla dataset repair`` restores a dataset left by a crash.
 
 Beside lerobot's files, the episode log (``meta/vla_episodes.jsonl``, ``vla.data.episode_log``)
-records per episode: task, seed, instruction, success, frames, and the achieved control rate --
+records per episode: task, seed, instruction, success, frames, the scripted expert's grasp mode
+(``expert_mode``) and the achieved control rate --
 what ``vla replay`` needs to re-create the scene and ``vla train --success-only`` to filter. The
 writer commits each row with its episode, so every saved episode has exactly one.
 """
@@ -37,6 +38,7 @@ examples:
   vla record --robot sim-franka --task pick_red_cube --teleop scripted --episodes 20 --root data/pick
   vla record --robot sim-franka-fast --task stack_cubes --teleop scripted --expert-quality 0.6 --root data/stack
   vla record --robot sim-franka-fast --task pick_red_cube --teleop scripted --dagger runs/vla_pick --root data/pick_dagger1
+  vla record --robot sim-franka-fast --task pick_red_cube_yaw45 --teleop scripted --expert-mode random --root data/modes
   vla record --robot my_lab.yaml --teleop keyboard --instruction "fold the towel" --episodes 10 --root data/towel
 
 keyboard: w/s a/d r/f move x/y/z, q/e yaw, space gripper, Enter success, x failure,
@@ -64,6 +66,12 @@ z re-record, Esc stop. Recording into an existing dataset appends to it.
                    help="--teleop scripted: seed of the expert's own draws (which episodes get the mistake, noise, "
                    "pauses), default --seed; the same scenes (--seed) recorded with several expert seeds get "
                    "different outcomes")
+    p.add_argument("--expert-mode", default=None, choices=("near", "ccw", "cw", "random"),
+                   help="--teleop scripted: the grasp mode of its picks, behaviour modes for ExToken's token prior: "
+                   "near (default: the face pair nearest the fingers), ccw / cw (turn the fingers counter-clockwise "
+                   "/ clockwise to the next face pair), random (ccw or cw per episode, half each, from the seed). "
+                   "Each episode's mode goes to the episode log (expert_mode). Scenes where both turns are 45 degrees: "
+                   "--task pick_red_cube_yaw45, pick_red_cube_crowded (a neighbour cube on one face axis)")
     p.add_argument("--episodes", type=int, default=10, help="episodes to keep (default 10)")
     p.add_argument("--root", default=None, help="dataset folder (created, or appended to if it exists); "
                    "required unless --list-tasks")
@@ -101,8 +109,9 @@ def _list_tasks() -> int:
     from hardware.sim_tasks import TASKS
 
     for name, t in TASKS.items():
-        print(f"  {name:<26} {t.instruction!r}  (max {t.max_steps} steps)")
-        if t.paraphrases:
+        variant = f", a scene variant of {t.variant_of}" if t.variant_of else ""
+        print(f"  {name:<26} {t.instruction!r}  (max {t.max_steps} steps{variant})")
+        if t.paraphrases and not t.variant_of:
             print(f"  {'':<26}   paraphrases: " + "; ".join(repr(w) + (" (held out)" if w in t.held_out else "")
                                                          for w in t.paraphrases))
     print("\nheld out: wordings `vla train --paraphrases sim` leaves out, for measuring unseen wordings")
@@ -166,7 +175,7 @@ def run(args) -> int:
                          "no --dart")
     if args.teleop != "scripted":
         for flag, value in (("--mistake-rate", args.mistake_rate), ("--mistake-kind", args.mistake_kind),
-                            ("--expert-seed", args.expert_seed)):
+                            ("--expert-seed", args.expert_seed), ("--expert-mode", args.expert_mode)):
             if value is not None:
                 raise ValueError(f"{flag} sets the scripted expert: it needs --teleop scripted, got --teleop "
                                  f"{args.teleop}")
@@ -194,6 +203,8 @@ def run(args) -> int:
     knobs = {} if args.mistake_rate is None else {"mistake_prob": args.mistake_rate}
     if args.mistake_kind:
         knobs["mistake_kinds"] = tuple(dict.fromkeys(args.mistake_kind))
+    if args.expert_mode is not None:
+        knobs["grasp_mode"] = args.expert_mode
     expert_seed = args.seed if args.expert_seed is None else args.expert_seed
     if args.teleop == "scripted":
         teleop = teleop_cls(quality=args.expert_quality, seed=expert_seed, **knobs)
@@ -277,7 +288,7 @@ def run(args) -> int:
                     "task": task.name if task else None, "seed": seed, "instruction": instruction,
                     "success": outcome == "success", "frames": n, "teleop": args.teleop,
                     "segments": res.segments if args.label_subskills else None,
-                    **expert_row,
+                    **expert_row, "expert_mode": teleop.mode if args.teleop == "scripted" else None,
                     "dart_sigma": args.dart if args.dart > 0 else None,
                     "dagger": ({"checkpoint": os.path.abspath(args.dagger), "exec_steps": args.dagger_exec_steps,
                                 "beta": args.dagger_beta} if args.dagger else None),
