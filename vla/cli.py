@@ -23,6 +23,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "replay": ("vla.commands.replay", "replay a recorded episode through the bridge"),
     "dataset": ("vla.commands.dataset", "check, repair or view a LeRobot v3 dataset"),
     "train": ("vla.commands.train", "supervised fine-tuning of the compact VLA on LeRobot datasets (frozen / LoRA / full)"),
+    "tokens": ("vla.commands.tokens", "ExToken's behaviour prior: k-means over demonstrations -> behaviour tokens for `vla train --tokens`"),
     "rl": ("vla.commands.rl", "online RL session that steers a frozen VLA (DSRL latent-noise SAC), with resume"),
     "eval": ("vla.commands.eval", "roll a VLA checkpoint out in the sim tasks: success rate per task, videos"),
     "reward": ("vla.commands.reward", "train / evaluate a success classifier on camera frames: the reward on real robots"),
@@ -41,6 +42,7 @@ examples:
   vla record --robot sim-franka --task pick_red_cube --teleop scripted --episodes 20 --root data/pick
   vla dataset check --root data/pick         # every file readable, lerobot opens it
   vla replay --robot sim-franka --root data/pick --episode 0
+  vla tokens --dataset data/pick --k 4 --out runs/pick_tokens.json   # ExToken: demos' behaviour modes -> tokens
   vla export policy --checkpoint runs/vla_pick --out deploy/pick.onnx   # ONNX for `vla-edge`
   vla calibrate intrinsics --robot my_lab.yaml --camera front           # ChArUco views -> K, distortion
   vla serve --checkpoint runs/vla_pick --bind tcp://127.0.0.1:5700      # chunks for `vla-client`

@@ -4,7 +4,9 @@ The loop (CleanRL-style: one file, top to bottom):
 
 1. load every episode of every ``--dataset`` (multi-task: each episode keeps its instruction),
    compute normalisation statistics (state mean / std, action min / max) and build the
-   action-chunk targets ``a[t : t + H]`` (padded by repeating the last action);
+   action-chunk targets ``a[t : t + H]`` (padded by repeating the last action); with ``--tokens``
+   every frame also gets its ExToken behaviour token (``batch["token"]``, the null token 0 on
+   ``token_dropout`` of the samples);
 2. in ``frozen`` mode the pretrained trunk never changes, so its feature maps are computed
    once, for the original frames and ``aug_views`` augmented copies (random shift + colour
    jitter), and cached in the run directory; in ``lora`` / ``full`` mode the trunk runs on
@@ -60,9 +62,12 @@ class TrainData:
     their sub-skill's); None: row i is frame i."""
     fmaps: dict[str, torch.Tensor] | None = None  # map name -> float16 [V, N, C, h, w] (view 0 = original)
     episodes: int = 0
+    tokens: torch.Tensor | None = None
+    """[N] ExToken behaviour token (1..K) of every frame, aligned with ``state``; None without ``--tokens``."""
 
 
-def build_data(cfg: TrainConfig, text_encoder) -> tuple[TrainData, dict[str, np.ndarray], list[str]]:
+def build_data(cfg: TrainConfig, text_encoder, prior=None) -> tuple[TrainData, dict[str, np.ndarray], list[str]]:
+    """``prior``: an ExToken ``TokenPrior`` (``--tokens``) that gives every frame its behaviour token."""
     from vla.data.demos import action_chunks, load_demos
 
     eps = load_demos(list(cfg.datasets), cfg.image_size, list(cfg.cameras) if cfg.cameras else None,
@@ -86,6 +91,8 @@ def build_data(cfg: TrainConfig, text_encoder) -> tuple[TrainData, dict[str, np.
                      text_idx=torch.from_numpy(text_idx).long(), text_emb=text_encoder(wordings),
                      instructions=instructions, images=images, episodes=len(eps), wordings=wordings,
                      frame_of=None if frame_of is None else torch.from_numpy(frame_of).long())
+    if prior is not None:  # frame i of the concatenated episodes -> (its dataset, episode, frame within it) -> token
+        data.tokens = torch.from_numpy(prior.frame_tokens([(e.dataset, e.episode_index, e.action) for e in eps])).long()
     if len(wordings) > len(instructions):
         k = max(len(a) for a in alt)
         data.alt = torch.tensor([a + [a[0]] * (k - len(a)) for a in alt], dtype=torch.long)
@@ -240,6 +247,30 @@ def _where(path: str) -> str:
     return p if rel == ".." or rel.startswith(".." + os.sep) else rel
 
 
+def load_token_prior(cfg: TrainConfig, ckpt: str | None):
+    """``--tokens``: the ExToken ``TokenPrior``, checked before any frame is decoded: its K is the model's
+    ``num_tokens``, it covers every episode trained on, and on resume it is the file the run started with.
+    None without ``--tokens``."""
+    if not cfg.tokens:
+        return None
+    from vla.data.tokens import load_prior
+    from vla.data.demos import load_demos
+
+    prior = load_prior(cfg.tokens)
+    if cfg.num_tokens != prior.k:
+        raise ValueError(f"--tokens {cfg.tokens} holds K={prior.k} tokens but the model has num_tokens="
+                         f"{cfg.num_tokens} (--num-tokens / --init): they must agree")
+    eps = load_demos(list(cfg.datasets), None, cameras=[], success_only=cfg.success_only, progress=False)
+    prior.frame_tokens([(e.dataset, e.episode_index, e.action) for e in eps])  # refuses an uncovered episode by name
+    if ckpt is not None:
+        with open(os.path.join(ckpt, "config.json")) as f:
+            was = (json.load(f).get("tokens") or {}).get("file_sha256")
+        if was != prior.file_sha256:
+            raise ValueError(f"--resume: {cfg.tokens} changed since the run started (sha256 {prior.file_sha256[:12]}, "
+                             f"the run's checkpoint has {str(was)[:12]}): restore it or start a new run")
+    return prior
+
+
 # -- checkpoints ---------------------------------------------------------------------------
 def _rng_state() -> dict[str, Any]:
     return {"python": random.getstate(), "numpy": np.random.get_state(), "torch": torch.get_rng_state()}
@@ -369,10 +400,12 @@ def train(cfg: TrainConfig, resume: bool = False, progress: bool = True) -> dict
     torch.manual_seed(cfg.seed)
     gen = torch.Generator().manual_seed(cfg.seed)
 
+    prior = load_token_prior(cfg, ckpt)
+
     from vla.models.encoders import TextEncoder
 
     text = TextEncoder()
-    data, stats, cams = build_data(cfg, text)
+    data, stats, cams = build_data(cfg, text, prior)
     if cfg.paraphrases and data.alt is None:
         raise ValueError(f"--paraphrases: none of its {len(cfg.paraphrases)} instructions is in the datasets, whose "
                          f"instructions are {data.instructions}")
@@ -424,6 +457,12 @@ def train(cfg: TrainConfig, resume: bool = False, progress: bool = True) -> dict
             "frames_per_instruction": dict(zip(data.instructions, per_instruction)), "balance": cfg.balance,
             "paraphrases": paraphrases_used(data),
             "parameters": counts}
+    if data.tokens is not None:
+        per_token = torch.bincount(data.tokens, minlength=prior.k + 1)[1:].tolist()
+        info["tokens"] = {"file": cfg.tokens, "k": prior.k, "unit": prior.unit, "frames_per_token": per_token,
+                          "token_dropout": cfg.token_dropout}
+        print(f"behaviour tokens: K={prior.k} ({prior.unit} unit) from {cfg.tokens}, frames per token {per_token}, "
+              f"null token on {cfg.token_dropout:.0%} of the samples")
     with open(os.path.join(run_dir, "data_summary.json"), "w") as f:
         json.dump(info, f, indent=2)
     if data.alt is not None:
@@ -448,6 +487,10 @@ def train(cfg: TrainConfig, resume: bool = False, progress: bool = True) -> dict
     model.train()
     extra = {"instructions": data.instructions, "paraphrases": info["paraphrases"], "sim_tasks": _sim_tasks(cfg.datasets),
              "train": {"datasets": [_where(d) for d in cfg.datasets], "mode": cfg.mode}}
+    if prior is not None:
+        from vla.data.tokens import checkpoint_block
+
+        extra["tokens"] = checkpoint_block(prior)
     t0 = time.perf_counter()
     t_log, samples_since = t0, 0
     draw = frame_sampler(data, cfg.balance, cfg.batch_size, gen)
@@ -468,6 +511,11 @@ def train(cfg: TrainConfig, resume: bool = False, progress: bool = True) -> dict
             else:
                 imgs = {c: augment(data.images[c][idx], cfg, gen) for c in cams}
                 batch["fmaps"] = model.trunk_features(imgs)
+            if data.tokens is not None:
+                # each sample's behaviour token; token_dropout of them get the null token 0 instead
+                # (classifier-free-guidance style), so the VLA keeps acting without one
+                drop = torch.rand(len(idx), generator=gen) < cfg.token_dropout
+                batch["token"] = data.tokens[idx].masked_fill(drop, 0)
             loss, _ = model.loss(batch)
             opt.zero_grad(set_to_none=True)
             loss.backward()

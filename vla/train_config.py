@@ -37,6 +37,14 @@ class TrainConfig:
     success_only: bool = False
     """Train on the episodes marked successful in ``meta/vla_episodes.jsonl`` only (filtered BC)."""
     num_tokens: int = 0
+    """Behaviour tokens of the action expert (ExToken; 0 = none, token 0 is the null token). With
+    ``tokens`` it must be that file's K (``vla train --tokens`` sets it)."""
+    tokens: str | None = None
+    """ExToken's behaviour prior (``vla tokens`` writes it): every training frame is given its token
+    (``batch["token"]``), so the VLA learns ``pi(a | s, c)``. It must cover every episode trained on."""
+    token_dropout: float = 0.2
+    """With ``tokens``: the share of samples trained with the null token 0 instead of their own
+    (classifier-free-guidance style), so the VLA still acts without a token."""
     fine_blocks: int = 3
     """Trunk blocks before the map the neck's keypoints read (3: stride 4, 24 channels; 5: stride 8,
     40 channels -- half the spatial resolution, about 0.4x the feature cache). Stride 4 is the
@@ -100,6 +108,11 @@ class TrainConfig:
         if self.shift_pad < 0 or self.jitter < 0 or self.aug_views < 0:
             raise ValueError(f"shift_pad, jitter and aug_views must be >= 0, got {self.shift_pad}, {self.jitter}, "
                              f"{self.aug_views}")
+        if not 0.0 <= self.token_dropout <= 1.0:
+            raise ValueError(f"token_dropout must be in [0, 1], got {self.token_dropout}")
+        if self.tokens is not None and self.num_tokens <= 0:
+            raise ValueError(f"tokens {self.tokens!r} needs num_tokens = the file's K (vla train --tokens sets it), "
+                             f"got {self.num_tokens}")
         if self.balance not in BALANCES:
             raise ValueError(f"balance must be one of {BALANCES}, got {self.balance!r}")
         if self.labels not in LABELS:

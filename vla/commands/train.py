@@ -26,6 +26,8 @@ examples:
                                                      # sub-skill-labelled data (vla record --label-subskills):
                                                      # tasks + sub-skills, trained with their paraphrases
   vla train --resume runs/vla_pick                   # continue after a kill
+  vla train --dataset data/pick --tokens runs/pick_tokens.json --out runs/vla_pick_tok
+                                                     # ExToken: pi(a | s, c) with the tokens of `vla tokens`
   vla eval --checkpoint runs/vla_pick --task pick_red_cube --episodes 20
   tensorboard --logdir runs/vla_pick/tb
 
@@ -60,7 +62,15 @@ but the sentence encoder trains. The fusion and the action expert always train.
     p.add_argument("--success-only", action="store_true",
                    help="train on successful episodes only (outcomes from meta/vla_episodes.jsonl, written by "
                         "`vla record`; for data recorded with --keep-failures)")
-    p.add_argument("--num-tokens", type=int, default=0, help="behaviour tokens for ExToken (0 = none)")
+    p.add_argument("--num-tokens", type=int, default=0, help="behaviour tokens for ExToken (0 = none; --tokens sets it)")
+    p.add_argument("--tokens", metavar="FILE",
+                   help="ExToken's behaviour prior (written by `vla tokens`): every frame is trained with its behaviour "
+                        "token, so the VLA learns pi(a | s, c); sets --num-tokens to the file's K. The file must cover "
+                        "every episode of the datasets")
+    p.add_argument("--token-dropout", type=float, default=None,
+                   help=f"with --tokens: share of the samples trained with the null token 0 instead of their own "
+                        f"(classifier-free-guidance style, so the VLA still acts without a token; default "
+                        f"{d['token_dropout']})")
     p.add_argument("--neck", choices=["film", "keypoints"], default=d["neck"],
                    help="camera neck: film = instruction-modulated convolutions -> keypoints (default), "
                         "keypoints = 1x1 convolutions -> keypoints")
@@ -223,6 +233,18 @@ def run(args) -> int:
                           threads=args.threads, init=args.init)
         if model_args:
             cfg = dataclasses.replace(cfg, **model_args)
+        if args.tokens:
+            from vla.data.tokens import load_prior
+
+            k = load_prior(args.tokens).k
+            if cfg.num_tokens not in (0, k):
+                raise ValueError(f"--tokens {args.tokens} holds K={k} behaviour tokens but the model would have "
+                                 f"{cfg.num_tokens} ({'--init' if args.init else '--num-tokens'}); drop "
+                                 f"{'--init' if args.init else '--num-tokens'} or give a matching one")
+            cfg = dataclasses.replace(cfg, num_tokens=k, tokens=args.tokens,
+                                      token_dropout=cfg.token_dropout if args.token_dropout is None else args.token_dropout)
+        elif args.token_dropout is not None:
+            raise ValueError("--token-dropout is for --tokens (the share of samples trained with the null token)")
         summary = train(cfg)
     print(json.dumps({k: summary[k] for k in ("run_dir", "steps", "wall_s", "episodes", "frames")}, indent=None))
     print(f"model: {os.path.join(summary['run_dir'], 'model')}  loss curve: "
