@@ -78,10 +78,11 @@ def site_with_ports(path: str, port0: int) -> str:
 def reuse_base(job: dict, done: list[dict]) -> None:
     """The base VLA's evaluation is the same for every session of a task (same checkpoint, seeds and
     episodes): once one session of the task has finished it, later ones start with a copy of its
-    ``base_eval.json`` (which `vla rl` then reads instead of re-running it) and say so in ``base_from``."""
+    ``base_eval.json`` (which `vla rl` then reads instead of re-running it) and say so in ``base_from``. Jobs
+    from different checkpoints carry different ``base_key`` s and never share it."""
     for r in done:
         src = os.path.join(r["out"], "base_eval.json")
-        if r["task"] == job["task"] and os.path.isfile(src):
+        if r["task"] == job["task"] and r.get("base_key") == job.get("base_key") and os.path.isfile(src):
             os.makedirs(job["out"], exist_ok=True)
             shutil.copyfile(src, os.path.join(job["out"], "base_eval.json"))
             job["base_from"] = os.path.basename(r["out"])
@@ -111,6 +112,7 @@ def collect(job: dict) -> dict:
     out = job["out"]
     res = {k: job[k] for k in ("task", "method", "seed", "out")}
     res["base_from"] = job.get("base_from")
+    res["base_key"] = job.get("base_key")
     res["wall_s"] = job["wall_s"]
     res["returncode"] = job["returncode"]
     if job["returncode"] != 0:

@@ -18,6 +18,7 @@ REGISTRY: dict[str, tuple[Any, Any]] = {
     "sarl": ("policies.sarl.agent:SARLAgent", "policies.sarl.config:SARLConfig"),
     "grpo": ("policies.grpo.agent:GRPOAgent", "policies.grpo.config:GRPOConfig"),
     "lfh": ("policies.grpo.agent:LfHAgent", "policies.grpo.config:LfHConfig"),
+    "extoken": ("policies.extoken.agent:ExTokenAgent", "policies.extoken.config:ExTokenConfig"),
 }
 DEFAULT_METHOD = "dsrl"
 """The method of a session that names none."""

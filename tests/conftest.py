@@ -4,15 +4,20 @@ import os
 os.environ.setdefault("MUJOCO_GL", "egl")
 
 
-def save_tiny_vla(path: str, extra: dict | None = None) -> str:
-    """An untrained compact VLA small enough for sim tests (random trunk, 64 px), saved at ``path``."""
+def save_tiny_vla(path: str, extra: dict | None = None, num_tokens: int = 0) -> str:
+    """An untrained compact VLA small enough for sim tests (random trunk, 64 px), saved at ``path``; with
+    ``num_tokens`` behaviour tokens (ExToken) and a uniform ``tokens`` block like ``vla train --tokens`` writes."""
     import numpy as np
     import torch
 
     from vla.models.compact import CompactVLA, CompactVLAConfig
 
     torch.manual_seed(0)
-    m = CompactVLA(CompactVLAConfig(image_size=64, hidden=64, cond_dim=64, keypoints=8, pretrained=False))
+    m = CompactVLA(CompactVLAConfig(image_size=64, hidden=64, cond_dim=64, keypoints=8, pretrained=False,
+                                    num_tokens=num_tokens))
     m.set_normalization(np.zeros(8), np.ones(8), -np.full(7, 0.02), np.full(7, 0.02))
+    if num_tokens:
+        extra = {**(extra or {}), "tokens": {"k": num_tokens, "unit": "episode", "prior": [1 / num_tokens] * num_tokens,
+                                             "file_sha256": "0" * 64}}
     m.save(path, extra=extra)
     return path

@@ -36,6 +36,7 @@ import numpy as np
 import torch
 
 from policies.base import Act, Agent
+from policies.common.diversity import chunk_distance, ee_coverage, ee_position
 from policies.grpo.config import GRPOConfig
 
 
@@ -77,11 +78,13 @@ def k3_kl(logp: torch.Tensor, ref_logp: torch.Tensor, mask: torch.Tensor) -> tor
 @dataclasses.dataclass
 class Step:
     """One macro-step of a training rollout: the observation (a batch of one, as ``VLAPolicy.batch`` makes it), the
-    sampled chain [K+1, H, A] and its per-step log-probabilities [K] under the policy that acted."""
+    sampled chain [K+1, H, A] and its per-step log-probabilities [K] under the policy that acted, and the behaviour
+    token it was sampled under (ExToken; None: no token)."""
 
     obs: dict[str, Any]
     chain: torch.Tensor
     logp: torch.Tensor
+    token: int | None = None
 
 
 @dataclasses.dataclass
@@ -93,6 +96,10 @@ class Rollout:
     achieved_skills: set[str] = dataclasses.field(default_factory=set)
     subgoals: set[str] = dataclasses.field(default_factory=set)
     success: bool = False
+    ee: list[np.ndarray] = dataclasses.field(default_factory=list)
+    """The end effector's position [3] at the reset and after every chunk (trajectory diversity)."""
+    first_chunk: np.ndarray | None = None
+    """The first macro-step's executed chunk, in the VLA's normalised units (trajectory diversity)."""
 
 
 def batch_steps(steps: list[Step], instructions: list[str]) -> tuple[dict[str, Any], torch.Tensor, torch.Tensor]:
@@ -101,6 +108,17 @@ def batch_steps(steps: list[Step], instructions: list[str]) -> tuple[dict[str, A
     obs = {"images": {c: np.concatenate([s.obs["images"][c] for s in steps]) for c in cams},
            "state": np.concatenate([s.obs["state"] for s in steps]), "instruction": list(instructions)}
     return obs, torch.stack([s.chain for s in steps]), torch.stack([s.logp for s in steps])
+
+
+def step_tokens(steps: list[Step]) -> torch.Tensor | None:
+    """The macro-steps' behaviour tokens, long [B] (ExToken: the ratio and the KL are taken under the token the
+    rollout was sampled with), or None when no step carries one (token-free GRPO)."""
+    tokens = [s.token for s in steps]
+    if all(t is None for t in tokens):
+        return None
+    if any(t is None for t in tokens):
+        raise ValueError("a minibatch mixes macro-steps with and without a behaviour token")
+    return torch.tensor(tokens, dtype=torch.long)
 
 
 class GRPOAgent(Agent):
@@ -184,17 +202,26 @@ class GRPOAgent(Agent):
         """Training episodes: the stochastic sampler, the step kept for the update. Evaluations: the tuned policy's
         deterministic sampler from the evaluation's noise (zero noise when ``deterministic``)."""
         batch = aobs["batch"]
+        token = self.chunk_token(batch, generator)
         with torch.no_grad():
             if self._rollout is not None:
-                s = self.policy.sample_actions_stochastic(batch, sigma=self.cfg.sigma, generator=self.generator)
-                self._rollout.steps.append(Step(obs=batch, chain=s.chain[0].float(), logp=s.logprob[0].float()))
+                s = self.policy.sample_actions_stochastic(batch, token=token, sigma=self.cfg.sigma,
+                                                          generator=self.generator)
+                self._rollout.steps.append(Step(obs=batch, chain=s.chain[0].float(), logp=s.logprob[0].float(),
+                                                token=token))
                 chunk = self.policy.clip_normalized_actions(s.chain[0, -1])
+                if self._rollout.first_chunk is None:
+                    self._rollout.first_chunk = chunk[: self.exec_steps].float().numpy().copy()
             else:
                 shape = (1, *self.policy.noise_shape)
                 noise = torch.zeros(shape) if deterministic else torch.randn(shape, generator=generator or self.generator)
-                actions = self.policy.sample_actions(batch, noise=noise)
+                actions = self.policy.sample_actions(batch, noise=noise, token=token)
                 chunk = self.policy.clip_normalized_actions(self.policy.normalize_actions(actions))[0]
         return Act(action=np.zeros(1, np.float32), chunk=chunk[: self.exec_steps].float())
+
+    def chunk_token(self, batch: dict[str, Any], generator: torch.Generator | None = None) -> int | None:
+        """The behaviour token this macro-step samples under (None: none; ExToken draws one)."""
+        return None
 
     def _note(self, obs: dict, info: dict) -> None:
         r = self._rollout
@@ -202,6 +229,9 @@ class GRPOAgent(Agent):
         r.achieved_tasks |= set(info.get("achieved_tasks") or ())
         r.achieved_skills |= set(info.get("achieved_skills") or ())
         r.subgoals |= {k for k, v in (info.get("subgoals") or {}).items() if v}
+        p = ee_position(obs, info)
+        if p is not None:
+            r.ee.append(p)
 
     def after_chunk(self, obs: dict, info: dict) -> None:
         if self._rollout is not None:
@@ -251,6 +281,20 @@ class GRPOAgent(Agent):
         return g2, torch.from_numpy(scores)
 
     # -- the update ---------------------------------------------------------------------------------
+    @staticmethod
+    def diversity(groups: list[list[Rollout]]) -> dict[str, float]:
+        """Trajectory diversity of the update's groups, averaged over groups: end-effector voxels (2 cm) visited by
+        a group, and the mean pairwise distance of its rollouts' first chunks."""
+        coverage = [ee_coverage([np.stack(r.ee) for r in g if r.ee]) for g in groups if any(r.ee for r in g)]
+        distance = [chunk_distance([r.first_chunk for r in g if r.first_chunk is not None]) for g in groups
+                    if sum(r.first_chunk is not None for r in g) > 1]
+        info = {}
+        if coverage:
+            info["diversity/ee_coverage"] = float(np.mean(coverage))
+        if distance:
+            info["diversity/chunk_distance"] = float(np.mean(distance))
+        return info
+
     def _update(self) -> dict[str, float]:
         cfg = self.cfg
         groups, self._groups = self._groups, []
@@ -294,6 +338,7 @@ class GRPOAgent(Agent):
             "charts/usable_groups": n_usable_task / len(groups),
             "charts/usable_groups_with_hindsight": n_usable_any / len(groups),
             "charts/relabel_tried": float(n_tried), "charts/relabel_nothing": float(n_nothing),
+            **self.diversity(groups),
         }
         self.updates += 1
         if not items:
@@ -310,13 +355,15 @@ class GRPOAgent(Agent):
                 idx = order[lo: lo + cfg.minibatch]
                 mb = [items[i] for i in idx]
                 obs, chain, old = batch_steps([m[0] for m in mb], [m[2] for m in mb])
+                tok = step_tokens([m[0] for m in mb])  # the rollouts' own tokens, for pi_theta and pi_ref alike
                 adv = torch.tensor([m[1] for m in mb])
                 hind = torch.tensor([m[3] for m in mb])
                 mask = (old != 0).float()  # the deterministic last step has no log-probability
-                new = self.policy.chain_logprob(obs, chain, sigma=cfg.sigma)
+                new = self.policy.chain_logprob(obs, chain, token=tok, sigma=cfg.sigma)
                 if not all(int(i) in ref_cache for i in idx):  # the first epoch: every item once
                     with torch.no_grad():
-                        ref_cache.update(zip(map(int, idx), self.vla.chain_logprob(obs, chain, sigma=cfg.sigma)))
+                        ref_cache.update(zip(map(int, idx), self.vla.chain_logprob(obs, chain, token=tok,
+                                                                                   sigma=cfg.sigma)))
                 ref = torch.stack([ref_cache[int(i)] for i in idx])
                 kl = k3_kl(new, ref, mask)
                 loss = kl * cfg.kl_coef

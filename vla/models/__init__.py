@@ -46,6 +46,9 @@ def load_vla(path: str):
     kind = checkpoint_kind(path)
     module, cls = BACKBONES[kind]
     klass = getattr(importlib.import_module(module), cls)
-    if kind == "compact-flow-vla":
-        return klass.load(path)
-    return klass.from_checkpoint(path, kind=kind)
+    model = klass.load(path) if kind == "compact-flow-vla" else klass.from_checkpoint(path, kind=kind)
+    try:  # where it came from: a method reads the checkpoint's own metadata (ExToken's token prior)
+        model.checkpoint_dir = os.path.abspath(path)
+    except AttributeError:  # a backbone that refuses new attributes
+        pass
+    return model

@@ -1,0 +1,299 @@
+#!/usr/bin/env python
+"""ExToken benchmark (issue 33): do behaviour tokens let the same RL method reach, at a quarter of the interaction
+budget, what the token-free VLA reaches at the full budget, on a task whose best behaviour depends on the scene?
+
+Every arm is a `vla rl` session on the same evaluation scenes, chunk execution and RL method (GRPO: groups of G
+rollouts from one scene, binary task reward), one sim bridge each (``bench/dsrl.py``'s job runner):
+
+* ``grpo``          ``--method grpo`` on the token-free VLA (``--baseline-checkpoint``), the FULL budget;
+* ``no-tokens``     the same at a quarter of the budget (the "no token conditioning" ablation: ExToken's budget
+                    without its tokens);
+* ``extoken``       ``--method extoken`` on the token-conditioned VLA (``--checkpoint``), a quarter of the budget:
+                    every group tries every token (stratified), GRPO improves pi(a | s, c), the selector p(c | s)
+                    learns from the groups' returns and picks the token at evaluation;
+* ``no-selector``   the same, but a uniformly random token at evaluation (``--deploy random``);
+* ``bandit``        (optional) the selector alone, the VLA frozen (``--no-learn-policy``): a contextual bandit
+                    over tokens.
+
+The budget is ``--updates`` policy updates of ``--group-size`` x ``--groups-per-update`` rollouts for ``grpo``; the
+quarter-budget arms get ``--updates // 4`` (at least 1). Reported per arm: base and final success with 95% Wilson
+intervals (pooled over seeds), the curve of success against rollouts, token usage and return per token (ExToken
+arms), and trajectory diversity per update (end-effector voxels visited per group, mean pairwise distance of the
+groups' first chunks). The headline: ExToken's pooled final success at 1/4 of the rollouts >= GRPO's at the full
+budget, with higher diversity.
+
+The default task, ``pick_red_cube_crowded``, puts the blue cube 1 cm from the red one along one of the red cube's
+face axes: only one of the two grasp yaws (turning the fingers clockwise or counter-clockwise) fits, and which one
+depends on the scene. The demonstrations (``vla record --task pick_red_cube_yaw45 --expert-mode random``) show both
+modes in uncrowded scenes, so the base VLA picks either. ``bench/results/README.md`` ("ExToken") has the commands
+that make both checkpoints.
+
+Writes ``bench/results/<name>.json`` and ``<name>.png``.
+
+    .venv/bin/python bench/extoken.py --checkpoint runs/extoken/tok --baseline-checkpoint runs/extoken/notok
+    .venv/bin/python bench/extoken.py --quick --checkpoint T --baseline-checkpoint B       # smoke run
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as _dt
+import json
+import os
+import pathlib
+import platform
+import sys
+import tempfile
+import time
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+for p in (ROOT, ROOT / "bench"):
+    if str(p) not in sys.path:
+        sys.path.insert(0, str(p))
+
+import numpy as np  # noqa: E402
+
+import dsrl as dsrl_bench  # noqa: E402  (bench/dsrl.py: sites on own ports, run collection)
+from sarl import max_steps, wilson  # noqa: E402
+
+ARMS = ("grpo", "no-tokens", "extoken", "no-selector", "bandit")
+DEFAULT_ARMS = ("grpo", "no-tokens", "extoken", "no-selector")
+QUARTER = ("no-tokens", "extoken", "no-selector", "bandit")
+TOKEN_ARMS = ("extoken", "no-selector", "bandit")
+COLORS = {"grpo": "#4c72b0", "no-tokens": "#8c8c8c", "extoken": "#c44e52", "no-selector": "#dd8452",
+          "bandit": "#8172b3"}
+
+
+def arm_updates(arm: str, updates: int) -> int:
+    return max(1, updates // 4) if arm in QUARTER else updates
+
+
+def launch(job: dict, site: str, args):
+    arm = job["arm"]
+    per_update = args.group_size * args.groups_per_update
+    updates = arm_updates(arm, args.updates)
+    ticks = updates * per_update * max_steps(job["task"])  # an upper bound: successes end episodes early
+    ckpt = args.checkpoint if arm in TOKEN_ARMS else args.baseline_checkpoint
+    cmd = [sys.executable, "-m", "vla.cli", "rl", "--checkpoint", ckpt, "--task", job["task"],
+           "--out", job["out"], "--robot", site, "--seed", str(job["seed"]), "--exec-steps", str(args.exec_steps),
+           "--eval-episodes", str(args.eval_episodes), "--threads", "1", "--serve", "always", "--videos", "0",
+           "--total-ticks", str(ticks), "--eval-every", str(args.eval_every_updates * per_update),
+           "--checkpoint-every", str(per_update), "--warmup-steps", "0",
+           "--group-size", str(args.group_size), "--groups-per-update", str(args.groups_per_update),
+           "--sigma", str(args.sigma), "--lr", str(args.lr), "--train", args.train,
+           "--total-episodes", str(updates * per_update)]
+    if arm in ("grpo", "no-tokens"):
+        cmd += ["--method", "grpo"]
+    else:
+        cmd += ["--method", "extoken", "--token-unit", args.token_unit, "--explore", "stratified",
+                "--deploy", "random" if arm == "no-selector" else "selector"]
+        if arm == "bandit":
+            cmd += ["--no-learn-policy"]
+    return dsrl_bench.start_session(cmd, job)
+
+
+def _series(ups: list[dict], key: str) -> list:
+    return [e.get(key) for e in ups]
+
+
+def collect(job: dict) -> dict:
+    r = dsrl_bench.collect({**job, "method": job["arm"]})
+    r.update(arm=job["arm"])
+    out = job["out"]
+    if "final" not in r:
+        return r
+    s, counts = dsrl_bench.eval_counts(out)
+    r.update(counts)
+    per_update = job["group_size"] * job["groups_per_update"]
+    evals = [json.loads(x) for x in open(os.path.join(out, "evals.jsonl"))] \
+        if os.path.isfile(os.path.join(out, "evals.jsonl")) else []
+    r["curve_rollouts"] = [(0, s["base_success_rate"])] + [(e["episode"] + 1, e["success_rate"]) for e in evals]
+    if not evals or (evals[-1]["episode"] + 1) != s["episodes"]:
+        r["curve_rollouts"].append((s["episodes"], s["final_success_rate"]))
+    eps = [json.loads(x) for x in open(os.path.join(out, "episodes.jsonl"))]
+    ups = [e for e in eps if "charts/usable_groups" in e]
+    r["updates"] = len(ups)
+    r["rollouts_per_update"] = per_update
+    r["train_success_per_update"] = _series(ups, "charts/group_success")
+    r["usable_per_update"] = _series(ups, "charts/usable_groups")
+    r["kl_to_base_per_update"] = _series(ups, "losses/kl")
+    r["ee_coverage_per_update"] = _series(ups, "diversity/ee_coverage")
+    r["chunk_distance_per_update"] = _series(ups, "diversity/chunk_distance")
+    r["selector_entropy_per_update"] = _series(ups, "selector/entropy")
+    r["selector_best_token_accuracy_per_update"] = _series(ups, "selector/best_token_accuracy")
+    tokens = [e.get("token") for e in eps if e.get("token") is not None and not e.get("eval")]
+    r["token_counts"] = {str(t): tokens.count(t) for t in sorted(set(map(str, tokens)))} if tokens else {}
+    r["episodes"] = s["episodes"]
+    r["agent"] = s.get("agent", {})
+    return r
+
+
+def _mean(xs) -> float | None:
+    xs = [x for x in xs if x is not None]
+    return float(np.mean(xs)) if xs else None
+
+
+def summarize(done: list[dict], args) -> dict:
+    out: dict = {}
+    for task in args.tasks:
+        cell = {}
+        for arm in args.arms:
+            rs = [r for r in done if r["task"] == task and r["arm"] == arm and "final" in r]
+            if not rs:
+                continue
+            k = sum(r["final_successes"] for r in rs)
+            n = sum(r["eval_episodes"] for r in rs)
+            kb = sum(r["base_successes"] for r in rs)
+            nb = sum(r["base_episodes"] for r in rs)
+            cell[arm] = {"seeds": len(rs), "updates": arm_updates(arm, args.updates),
+                         "rollouts": arm_updates(arm, args.updates) * args.group_size * args.groups_per_update,
+                         "final": [r["final"] for r in rs], "rate": k / n, "ci95": wilson(k, n),
+                         "base_rate": kb / nb, "base_ci95": wilson(kb, nb), "lift_points": k / n - kb / nb,
+                         "ee_coverage": _mean(x for r in rs for x in r["ee_coverage_per_update"]),
+                         "chunk_distance": _mean(x for r in rs for x in r["chunk_distance_per_update"]),
+                         "train_success": _mean(x for r in rs for x in r["train_success_per_update"])}
+        out[task] = cell
+    return out
+
+
+def goals_of(summary: dict) -> dict:
+    goals = {}
+    for task, cell in summary.items():
+        g = {}
+        if "extoken" in cell and "grpo" in cell:
+            e, b = cell["extoken"], cell["grpo"]
+            g["quarter_budget"] = {"goal": "ExToken at 1/4 of the rollouts >= token-free GRPO at the full budget",
+                                   "extoken": e["rate"], "grpo_full": b["rate"], "seeds": [e["seeds"], b["seeds"]],
+                                   "met": e["rate"] >= b["rate"] and e["seeds"] >= 3 and b["seeds"] >= 3}
+            if e["ee_coverage"] is not None and b["ee_coverage"] is not None:
+                g["diversity"] = {"goal": "trajectory diversity higher with tokens",
+                                  "ee_coverage": [e["ee_coverage"], b["ee_coverage"]],
+                                  "chunk_distance": [e["chunk_distance"], b["chunk_distance"]],
+                                  "met": e["ee_coverage"] > b["ee_coverage"]}
+        goals[task] = g
+    return goals
+
+
+def plot(done: list[dict], summary: dict, path: pathlib.Path, title: str) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    tasks = list(summary)
+    fig, axes = plt.subplots(len(tasks), 3, figsize=(17, 4.2 * len(tasks)), squeeze=False)
+    for row, task in enumerate(tasks):
+        ax, ax2, ax3 = axes[row]
+        for arm in ARMS:
+            rs = [r for r in done if r["task"] == task and r["arm"] == arm and "final" in r]
+            for i, r in enumerate(rs):
+                u, v = zip(*r["curve_rollouts"])
+                ax.plot(u, v, "-o", color=COLORS[arm], alpha=0.9 if len(rs) == 1 else 0.5, ms=4,
+                        label=arm if i == 0 else None)
+                ups = np.arange(1, r["updates"] + 1) * r["rollouts_per_update"]
+                cov = r["ee_coverage_per_update"]
+                if any(c is not None for c in cov):
+                    ax2.plot(ups, [np.nan if c is None else c for c in cov], "-", color=COLORS[arm], alpha=0.7,
+                             label=arm if i == 0 else None)
+                ax3.plot(ups, [np.nan if c is None else c for c in r["train_success_per_update"]], "-",
+                         color=COLORS[arm], alpha=0.7, label=arm if i == 0 else None)
+        base = next(iter(summary[task].values()), {}).get("base_rate")
+        if base is not None:
+            ax.axhline(base, color="k", ls=":", lw=1, label="base VLA")
+        ax.set_title(f"{task}: evaluation success")
+        ax.set_xlabel("training rollouts")
+        ax.set_ylim(-0.03, 1.03)
+        ax.legend(fontsize=8)
+        ax2.set_title(f"{task}: end-effector voxels (2 cm) per group")
+        ax2.set_xlabel("training rollouts")
+        ax2.legend(fontsize=8)
+        ax3.set_title(f"{task}: training rollouts' success per update")
+        ax3.set_xlabel("training rollouts")
+        ax3.set_ylim(-0.03, 1.03)
+        ax3.legend(fontsize=8)
+    fig.suptitle(title)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--checkpoint", required=True,
+                    help="the token-conditioned VLA (`vla train --tokens`) the ExToken arms start from")
+    ap.add_argument("--baseline-checkpoint", required=True,
+                    help="the token-free VLA (the same demos, `vla train` without --tokens) the GRPO arms start from")
+    ap.add_argument("--task", action="append", dest="tasks", default=None,
+                    help="sim task (default pick_red_cube_crowded)")
+    ap.add_argument("--arms", nargs="+", default=list(DEFAULT_ARMS), choices=ARMS)
+    ap.add_argument("--seeds", type=int, default=3, help="sessions per arm and task")
+    ap.add_argument("--updates", type=int, default=8, help="GRPO's full budget in policy updates")
+    ap.add_argument("--group-size", type=int, default=8, help="G: rollouts per group")
+    ap.add_argument("--groups-per-update", type=int, default=2)
+    ap.add_argument("--token-unit", default="episode", choices=("episode", "chunk"))
+    ap.add_argument("--sigma", type=float, default=0.1, help="the stochastic sampler's noise per denoising step")
+    ap.add_argument("--lr", type=float, default=5e-6)
+    ap.add_argument("--train", default="policy", choices=("head", "policy", "lora"))
+    ap.add_argument("--exec-steps", type=int, default=4, help="chunk rows executed per VLA query, every arm")
+    ap.add_argument("--eval-every-updates", type=int, default=2)
+    ap.add_argument("--eval-episodes", type=int, default=20)
+    ap.add_argument("--jobs", type=int, default=2, help="sessions run in parallel (one sim bridge each)")
+    ap.add_argument("--port0", type=int, default=7300, help="session j's sim bridge uses ports port0 + 20 j ...")
+    ap.add_argument("--quick", action="store_true", help="1 seed, 1 update of 1 x 2 rollouts, 2 evaluation episodes")
+    ap.add_argument("--collect-only", action="store_true",
+                    help="report the sessions of --work that finished (a bench cut short); run nothing")
+    ap.add_argument("--name", default="extoken", help="result files bench/results/<name>.json / .png")
+    ap.add_argument("--out", type=pathlib.Path, default=ROOT / "bench" / "results")
+    ap.add_argument("--work", default=None, help="where the session run directories go (default a temp dir)")
+    args = ap.parse_args(argv)
+    args.tasks = args.tasks or ["pick_red_cube_crowded"]
+    if args.quick:
+        args.seeds, args.updates, args.group_size, args.groups_per_update = 1, 1, 2, 1
+        args.eval_every_updates, args.eval_episodes = 1, 2
+    work = args.work or tempfile.mkdtemp(prefix="bench-extoken-")
+    os.makedirs(work, exist_ok=True)
+    jobs = [{"task": t, "arm": arm, "method": arm, "seed": s, "group_size": args.group_size,
+             "groups_per_update": args.groups_per_update, "out": os.path.join(work, f"{t}-{arm}-s{s}"),
+             "base_key": "tokens" if arm in TOKEN_ARMS else "baseline"}
+            for s in range(args.seeds) for t in args.tasks for arm in args.arms]  # seed-major
+    t0 = time.perf_counter()
+    if args.collect_only:
+        jobs = [j for j in jobs if os.path.isfile(os.path.join(j["out"], "summary.json"))]
+        print(f"collecting {len(jobs)} finished session(s) from {work}", flush=True)
+    done = dsrl_bench.run_jobs(jobs, work, args, launch)
+    done = [collect(next(j for j in jobs if j["out"] == r["out"]) | {"returncode": r["returncode"],
+                                                                      "wall_s": r["wall_s"]}) for r in done]
+    summary = summarize(done, args)
+    goals = goals_of(summary)
+    args.collected_only = args.collect_only
+    keys = ("checkpoint", "baseline_checkpoint", "tasks", "arms", "seeds", "collected_only", "updates", "group_size",
+            "groups_per_update", "token_unit", "sigma", "lr", "train", "exec_steps", "eval_every_updates",
+            "eval_episodes", "jobs")
+    res = {"bench": "extoken", "quick": args.quick, "date": _dt.datetime.now().isoformat(timespec="seconds"),
+           "machine": {"cpu_count": os.cpu_count(), "platform": platform.platform()},
+           "settings": {k: getattr(args, k) for k in keys}, "wall_s_total": time.perf_counter() - t0,
+           "summary": summary, "goals": goals,
+           "runs": [{k: v for k, v in {**r, "out": dsrl_bench.portable(r["out"])}.items() if k not in ("t0",)}
+                    for r in done]}
+    for k in ("checkpoint", "baseline_checkpoint"):
+        res["settings"][k] = dsrl_bench.portable(getattr(args, k))
+    args.out.mkdir(parents=True, exist_ok=True)
+    with open(args.out / f"{args.name}.json", "w") as f:
+        json.dump(res, f, indent=2)
+    plot(done, summary, args.out / f"{args.name}.png",
+         f"ExToken vs GRPO: full budget {args.updates} updates of {args.groups_per_update} x {args.group_size} "
+         f"rollouts (quarter arms {arm_updates('extoken', args.updates)}), exec {args.exec_steps}; seeds: "
+         + ", ".join(f"{a} {sum(1 for r in done if r['arm'] == a and 'final' in r)}" for a in args.arms))
+    for task, cell in summary.items():
+        base = next((m["base_rate"] for m in cell.values()), None)
+        print(f"{task}: base {base:.0%}" if base is not None else task)
+        for arm, m in cell.items():
+            cov = "" if m["ee_coverage"] is None else f"  voxels/group {m['ee_coverage']:.1f}"
+            print(f"  {arm:<12} {m['rollouts']:>4} rollouts  {m['rate']:.0%} "
+                  f"[{m['ci95'][0]:.0%}, {m['ci95'][1]:.0%}] over {m['seeds']} seed(s){cov}")
+    print(f"wrote {args.out / (args.name + '.json')} and {args.name}.png")
+    return 0 if all("final" in r for r in done) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,47 @@
+"""bench/extoken.py --quick runs token-free GRPO and ExToken (selector and random-token deployment) through `vla rl`
+on the crowded pick and writes the report."""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_bench_extoken_quick(tmp_path):
+    pytest.importorskip("lerobot")
+    from tests.conftest import save_tiny_vla
+    from tests.net import free_ports
+
+    port = free_ports(1)[0]
+    save_tiny_vla(str(tmp_path / "tok"), num_tokens=2)
+    save_tiny_vla(str(tmp_path / "notok"))
+    r = subprocess.run([sys.executable, str(ROOT / "bench" / "extoken.py"), "--quick", "--checkpoint",
+                        str(tmp_path / "tok"), "--baseline-checkpoint", str(tmp_path / "notok"),
+                        "--arms", "grpo", "extoken", "no-selector", "--jobs", "1", "--port0", str(port),
+                        "--out", str(tmp_path / "res"), "--work", str(tmp_path / "work")],
+                       cwd=ROOT, capture_output=True, text=True, timeout=280)
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
+    res = json.loads((tmp_path / "res" / "extoken.json").read_text())
+    assert sorted(x["arm"] for x in res["runs"]) == ["extoken", "grpo", "no-selector"]
+    cell = res["summary"]["pick_red_cube_crowded"]
+    for arm in ("grpo", "extoken", "no-selector"):
+        assert 0 <= cell[arm]["rate"] <= 1 and len(cell[arm]["ci95"]) == 2 and cell[arm]["rollouts"] == 2
+        assert cell[arm]["ee_coverage"] is not None and cell[arm]["ee_coverage"] >= 1  # diversity logged by every arm
+    runs = {x["arm"]: x for x in res["runs"]}
+    for arm, run in runs.items():
+        assert run["vla_weights_unchanged"] and run["agent"]["updates"] == 1 and run["episodes"] == 2
+        cfg = json.loads((tmp_path / "work" / f"pick_red_cube_crowded-{arm}-s0" / "rl_config.json").read_text())
+        assert cfg["method"] == ("grpo" if arm == "grpo" else "extoken")
+        assert cfg["checkpoint"].endswith("notok" if arm == "grpo" else "tok")
+    assert json.loads((tmp_path / "work" / "pick_red_cube_crowded-no-selector-s0" / "rl_config.json")
+                      .read_text())["agent"]["deploy"] == "random"
+    assert sorted(runs["extoken"]["token_counts"]) == ["1", "2"]  # the group of 2 tried both tokens (stratified)
+    # the two checkpoints' base evaluations are never shared
+    assert runs["extoken"]["base_from"] in (None, "pick_red_cube_crowded-no-selector-s0")
+    assert res["goals"]["pick_red_cube_crowded"]["quarter_budget"]["met"] is False  # one seed cannot meet it
+    assert (tmp_path / "res" / "extoken.png").stat().st_size > 10_000
+    assert str(tmp_path) not in (tmp_path / "res" / "extoken.json").read_text()  # no machine paths
