@@ -199,10 +199,12 @@ def load_env_factory(spec: str) -> Callable[..., Any]:
 
 class VLAPolicy:
     """``obs (one env observation) -> float32 [n, A]``: the first ``exec_steps`` rows of the VLA's
-    chunk. ``noise`` / ``token`` / ``instruction`` overrides are the RL handles."""
+    chunk. ``noise`` / ``token`` / ``instruction`` overrides are the RL handles; ``token`` given here
+    holds one behaviour token (ExToken) for every call that names none."""
 
-    def __init__(self, model, exec_steps: int | None = None) -> None:
+    def __init__(self, model, exec_steps: int | None = None, token: int | None = None) -> None:
         self.model = model
+        self.token = token
         h = model.action_shape[0]
         self.exec_steps = exec_steps or h
         if not 1 <= self.exec_steps <= h:
@@ -230,7 +232,8 @@ class VLAPolicy:
             noise = episode_noise(self.noise_shape, self._seed, self._k)
         self._k += 1
         with torch.no_grad():
-            chunk = self.model.sample_actions(self.batch(obs, instruction), noise=noise, token=token)
+            chunk = self.model.sample_actions(self.batch(obs, instruction), noise=noise,
+                                              token=self.token if token is None else token)
         return chunk[0, : self.exec_steps].cpu().numpy().astype(np.float32)
 
 

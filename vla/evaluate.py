@@ -164,8 +164,9 @@ def plot_success(summary: dict[str, Any], path: str, title: str) -> None:
 def evaluate(model, client, tasks: list[str], episodes: int, out_dir: str, seed_start: int = 100_000,
              exec_steps: int | None = None, videos: int = 2, control_hz: float = 10.0,
              instruction: str | None = None, progress: bool = True,
-             temporal_ensemble: float | None = None) -> dict[str, Any]:
-    """Roll ``model`` out on a bridge ``client`` (a sim arm): see the module docstring."""
+             temporal_ensemble: float | None = None, token: int | None = None) -> dict[str, Any]:
+    """Roll ``model`` out on a bridge ``client`` (a sim arm): see the module docstring. ``token``: hold this
+    behaviour token (ExToken; a token-conditioned VLA) in every episode."""
     from vla.envs import task_env
 
     def envs():
@@ -174,22 +175,23 @@ def evaluate(model, client, tasks: list[str], episodes: int, out_dir: str, seed_
             yield task, env, env.max_ticks
 
     return _evaluate(model, envs(), len(tasks), episodes, out_dir, seed_start, exec_steps, videos, control_hz,
-                     progress, temporal_ensemble)
+                     progress, temporal_ensemble, token)
 
 
 def evaluate_env(model, env, name: str, episodes: int, out_dir: str, max_ticks: int, seed_start: int = 100_000,
                  exec_steps: int | None = None, videos: int = 2, control_hz: float = 10.0,
-                 progress: bool = True, temporal_ensemble: float | None = None) -> dict[str, Any]:
+                 progress: bool = True, temporal_ensemble: float | None = None,
+                 token: int | None = None) -> dict[str, Any]:
     """Roll ``model`` out on a gymnasium ``env`` (DESIGN.md's observation layout, success in
     ``info["success"]``) for ``episodes`` seeded episodes of at most ``max_ticks`` control ticks;
     reported under ``name``. Videos play at ``control_hz``."""
     return _evaluate(model, iter([(name, env, max_ticks)]), 1, episodes, out_dir, seed_start, exec_steps, videos,
-                     control_hz, progress, temporal_ensemble)
+                     control_hz, progress, temporal_ensemble, token)
 
 
 def _evaluate(model, envs, n_tasks: int, episodes: int, out_dir: str, seed_start: int, exec_steps: int | None,
               videos: int, control_hz: float, progress: bool,
-              temporal_ensemble: float | None = None) -> dict[str, Any]:
+              temporal_ensemble: float | None = None, token: int | None = None) -> dict[str, Any]:
     from tqdm import tqdm
 
     from vla.envs import TemporalEnsemble, VLAPolicy
@@ -198,9 +200,9 @@ def _evaluate(model, envs, n_tasks: int, episodes: int, out_dir: str, seed_start
     if temporal_ensemble is not None:
         if exec_steps not in (None, 1):
             raise ValueError("--temporal-ensemble executes one row per tick: drop --exec-steps")
-        policy = TemporalEnsemble(VLAPolicy(model), temporal_ensemble)
+        policy = TemporalEnsemble(VLAPolicy(model, token=token), temporal_ensemble)
     else:
-        policy = VLAPolicy(model, exec_steps)
+        policy = VLAPolicy(model, exec_steps, token=token)
     results: list[EpisodeResult] = []
     bar = tqdm(total=episodes * n_tasks, desc="eval", unit="ep", disable=not progress)
     jsonl = open(os.path.join(out_dir, "episodes.jsonl"), "w")

@@ -165,3 +165,37 @@ def test_vla_eval_end_to_end_on_the_sim(tmp_path):
     vids = list((out / "videos").glob("*.mp4"))
     assert len(vids) == 1
     assert _frames_in(vids[0]) == eps[0]["ticks"] + 1  # every executed control tick (RobotEnv's tick hook)
+
+
+def test_vla_eval_token_holds_a_behaviour_token(tmp_path, capsys):
+    """``vla eval --token K``: every chunk is sampled under token K (what one ExToken mode does on its own); a token
+    the checkpoint does not have is refused by name."""
+    import torch
+
+    from vla.cli import main
+    from vla.envs import VLAPolicy
+    from vla.models.compact import CompactVLA, CompactVLAConfig
+
+    torch.manual_seed(0)
+    m = CompactVLA(CompactVLAConfig(cameras=("front",), image_size=16, state_dim=4, action_dim=2, horizon=4,
+                                    hidden=32, cond_dim=32, keypoints=4, pretrained=False, num_tokens=2))
+    m.set_normalization(np.zeros(4), np.ones(4), -np.full(2, 0.2), np.full(2, 0.2))
+    m.eval()
+    with torch.no_grad():
+        m.head.token_emb.weight[2] += 5.0  # token 2 moves the chunk
+    obs = {"images": {"front": np.zeros((16, 16, 3), np.uint8)}, "state": np.zeros(4, np.float32), "instruction": "x"}
+    noise = np.zeros((4, 2), np.float32)
+    a1, a2 = VLAPolicy(m, token=1)(obs, noise=noise), VLAPolicy(m, token=2)(obs, noise=noise)
+    assert not np.allclose(a1, a2)
+    assert np.allclose(VLAPolicy(m, token=2)(obs, noise=noise, token=1), a1)  # a call's own token wins
+    m.save(str(tmp_path / "ckpt"))
+    out = tmp_path / "eval"
+    assert main(["eval", "--checkpoint", str(tmp_path / "ckpt"), "--env", "tests.vla.eval_toy_env:make_env",
+                 "--episodes", "1", "--videos", "0", "--exec-steps", "4", "--token", "2", "--out", str(out),
+                 "--threads", "1"]) == 0
+    assert json.loads((out / "eval.json").read_text())["token"] == 2
+    capsys.readouterr()
+    assert main(["eval", "--checkpoint", str(tmp_path / "ckpt"), "--env", "tests.vla.eval_toy_env:make_env",
+                 "--token", "3", "--out", str(out)]) != 0
+    err = capsys.readouterr().err
+    assert "--token 3" in err and "tokens 0..2" in err

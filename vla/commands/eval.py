@@ -62,6 +62,9 @@ an int8 export's success rate before it goes to the robot; --threads sets onnxru
                         "round 8: 47%% -> 68%% on the pick tasks against re-planning every 4 ticks)")
     p.add_argument("--videos", type=int, default=2, help="episodes per task saved as MP4 (default 2)")
     p.add_argument("--instruction", default=None, help="override every task's instruction (prompt experiments)")
+    p.add_argument("--token", type=int, default=None, metavar="K",
+                   help="hold behaviour token K in every episode (a VLA trained with `vla train --tokens`: what each "
+                        "ExToken mode does on its own; 0 = the null token); default: none")
     p.add_argument("--out", default=None, help="output directory (default CHECKPOINT_RUN/eval-<time>)")
     p.add_argument("--threads", type=int, default=None, help="CPU threads (torch; onnxruntime for an .onnx file)")
     p.add_argument("--serve", choices=["auto", "always", "never"], default="auto",
@@ -103,6 +106,11 @@ def run(args) -> int:
     onnx = is_onnx_file(args.checkpoint)
     ckpt = args.checkpoint if onnx else resolve_checkpoint(args.checkpoint)
     model = load_vla(ckpt).eval()
+    if args.token is not None:
+        k = int(getattr(model, "num_tokens", 0) or 0)
+        if not 0 <= args.token <= k:
+            raise ValueError(f"--token {args.token}: {ckpt} has behaviour tokens 0..{k} (0 = null; "
+                             f"{'train one with `vla train --tokens`' if k == 0 else 'pick one of them'})")
     if args.env:
         return _run_env(args, model, ckpt, make_env)
     tasks = args.tasks
@@ -124,7 +132,8 @@ def run(args) -> int:
         try:
             report = evaluate(model, client, tasks, args.episodes, out, seed_start=args.seed_start,
                               exec_steps=args.exec_steps, videos=args.videos, instruction=args.instruction,
-                              control_hz=args.control_hz, temporal_ensemble=_temporal_ensemble(args))
+                              control_hz=args.control_hz, temporal_ensemble=_temporal_ensemble(args),
+                              token=args.token)
         finally:
             client.close()
     return _report(args, report, ckpt, run_root, out)
@@ -161,7 +170,7 @@ def _run_env(args, model, ckpt: str, make_env) -> int:
         run_root, out = _out_dir(args, ckpt)
         report = evaluate_env(model, env, name, args.episodes, out, int(max_ticks), seed_start=args.seed_start,
                               exec_steps=args.exec_steps, videos=args.videos, control_hz=args.control_hz,
-                              temporal_ensemble=_temporal_ensemble(args))
+                              temporal_ensemble=_temporal_ensemble(args), token=args.token)
     finally:
         env.close()
     report["env"] = args.env
@@ -174,6 +183,7 @@ def _report(args, report: dict, ckpt: str, run_root: str, out: str) -> int:
     from vla.evaluate import format_table, plot_success
 
     report["checkpoint"] = os.path.abspath(ckpt)
+    report["token"] = args.token
     with open(os.path.join(out, "eval.json"), "w") as f:
         json.dump(report, f, indent=2)
     plot_success(report["tasks"], os.path.join(out, "success.png"), f"{os.path.basename(run_root)}: "
