@@ -62,6 +62,8 @@ class TrainData:
     their sub-skill's); None: row i is frame i."""
     fmaps: dict[str, torch.Tensor] | None = None  # map name -> float16 [V, N, C, h, w] (view 0 = original)
     episodes: int = 0
+    opening: torch.Tensor | None = None
+    """[N] bool: the frame lies within the first ``horizon`` ticks of its episode."""
     tokens: torch.Tensor | None = None
     """[N] ExToken behaviour token (1..K) of every frame, aligned with ``state``; None without ``--tokens``."""
 
@@ -91,6 +93,7 @@ def build_data(cfg: TrainConfig, text_encoder, prior=None) -> tuple[TrainData, d
                      text_idx=torch.from_numpy(text_idx).long(), text_emb=text_encoder(wordings),
                      instructions=instructions, images=images, episodes=len(eps), wordings=wordings,
                      frame_of=None if frame_of is None else torch.from_numpy(frame_of).long())
+    data.opening = torch.from_numpy(np.concatenate([np.arange(len(e.action)) < cfg.horizon for e in eps]))
     if prior is not None:  # frame i of the concatenated episodes -> (its dataset, episode, frame within it) -> token
         data.tokens = torch.from_numpy(prior.frame_tokens([(e.dataset, e.episode_index, e.action) for e in eps])).long()
     if len(wordings) > len(instructions):
@@ -166,15 +169,23 @@ def sample_text_rows(data: TrainData, idx: torch.Tensor, gen: torch.Generator) -
     return data.alt[ti, r]
 
 
-def frame_sampler(data: TrainData, balance: str, batch_size: int, gen: torch.Generator):
+def frame_sampler(data: TrainData, balance: str, batch_size: int, gen: torch.Generator, opening_weight: float = 1.0):
     """Draws a batch of training rows (frames, each with one instruction): uniformly over the rows
     (``frames``), or an instruction uniformly and then one of its rows (``tasks``). One instruction:
-    the two are the same draw."""
+    the two are the same draw. ``opening_weight`` != 1: a row whose frame opens its episode (``data.opening``)
+    weighs that much more."""
     n = len(data.text_idx)
-    if balance == "frames" or len(data.instructions) == 1:
+    uniform = balance == "frames" or len(data.instructions) == 1
+    if uniform and opening_weight == 1.0:
         return lambda: torch.randint(0, n, (batch_size,), generator=gen)
-    counts = torch.bincount(data.text_idx, minlength=len(data.instructions)).double()
-    weights = 1.0 / counts[data.text_idx]
+    if uniform:
+        weights = torch.ones(n, dtype=torch.float64)
+    else:
+        counts = torch.bincount(data.text_idx, minlength=len(data.instructions)).double()
+        weights = 1.0 / counts[data.text_idx]
+    if opening_weight != 1.0:
+        frame = torch.arange(n) if data.frame_of is None else data.frame_of
+        weights = weights * torch.where(data.opening[frame], opening_weight, 1.0).double()
     return lambda: torch.multinomial(weights, batch_size, replacement=True, generator=gen)
 
 
@@ -493,7 +504,7 @@ def train(cfg: TrainConfig, resume: bool = False, progress: bool = True) -> dict
         extra["tokens"] = checkpoint_block(prior)
     t0 = time.perf_counter()
     t_log, samples_since = t0, 0
-    draw = frame_sampler(data, cfg.balance, cfg.batch_size, gen)
+    draw = frame_sampler(data, cfg.balance, cfg.batch_size, gen, cfg.opening_weight)
     bar = tqdm(total=cfg.steps, initial=start, desc="train", unit="step", disable=not progress)
     step = start
     stopped_early = False

@@ -84,6 +84,10 @@ class TrainConfig:
     """How a batch draws its frames: ``frames`` (uniformly over every frame of every dataset, so a task with
     longer episodes gets more of each batch) or ``tasks`` (an instruction uniformly, then one of its frames:
     each task gets an equal share however long its episodes are)."""
+    opening_weight: float = 1.0
+    """Frames within the first ``horizon`` ticks of their episode are drawn this many times as often as the others
+    (1 = uniform). For ``--tokens``: a behaviour mode (which way the fingers turn) is decided in an episode's first
+    frames and the robot's state shows it a tick later, so the token carries information only there."""
     lora_rank: int = 8
     lora_alpha: int = 16
     lora_targets: tuple[str, ...] | None = None
@@ -108,6 +112,8 @@ class TrainConfig:
         if self.shift_pad < 0 or self.jitter < 0 or self.aug_views < 0:
             raise ValueError(f"shift_pad, jitter and aug_views must be >= 0, got {self.shift_pad}, {self.jitter}, "
                              f"{self.aug_views}")
+        if not self.opening_weight > 0:
+            raise ValueError(f"opening_weight must be > 0, got {self.opening_weight}")
         if not 0.0 <= self.token_dropout <= 1.0:
             raise ValueError(f"token_dropout must be in [0, 1], got {self.token_dropout}")
         if self.tokens is not None and self.num_tokens <= 0:

@@ -148,6 +148,27 @@ def test_balance_sets_each_tasks_share_of_a_batch(balance, expected_short_share)
     assert idx.min() >= 0 and idx.max() < 1000
 
 
+@pytest.mark.parametrize("balance", ["frames", "tasks"])
+def test_opening_weight_draws_the_first_chunk_of_each_episode_more_often(balance):
+    """Frames 0..7 of 40-frame episodes are 20% of the frames; at weight 5 they are 5 x 8 / (5 x 8 + 32) = 56% of
+    the draws, with either balance, and a frame with two labels (``frame_of``) keeps its frame's weight."""
+    from vla.train import TrainData, frame_sampler
+
+    opening = torch.cat([torch.arange(40) < 8] * 25)  # 25 episodes of 40 frames
+    frame_of = torch.cat([torch.arange(1000), torch.arange(500)])  # the first 500 frames twice (two labels)
+    text_idx = torch.cat([torch.zeros(1000), torch.ones(500)]).long()
+    data = TrainData(state=torch.zeros(1000, 2), chunks=torch.zeros(1000, 8, 2), text_idx=text_idx,
+                     text_emb=torch.zeros(2, 384), instructions=["task", "sub-skill"], images={}, frame_of=frame_of,
+                     opening=opening)
+    for w, want in ((1.0, 0.2), (5.0, 40 / 72)):
+        draw = frame_sampler(data, balance, 256, torch.Generator().manual_seed(0), w)
+        rows = torch.cat([draw() for _ in range(200)])
+        share = float(opening[frame_of[rows]].float().mean())
+        assert abs(share - want) < 0.02, (w, share)
+    with pytest.raises(ValueError, match="opening_weight"):
+        TrainConfig(datasets=("d",), out="o", opening_weight=0)
+
+
 def test_unknown_balance_is_refused():
     with pytest.raises(ValueError, match="balance"):
         TrainConfig(datasets=("d",), out="o", balance="episodes")

@@ -100,6 +100,9 @@ but the sentence encoder trains. The fusion and the action expert always train.
                         "of its wordings, uniformly. 'sim': the sim tasks' paraphrases except the held-out ones "
                         "(vla record --list-tasks; bench/vla_confusion.py --wording held-out measures those); "
                         "FILE: a JSON object {\"instruction\": [\"wording\", ...]}")
+    p.add_argument("--opening-weight", type=float, default=d["opening_weight"], metavar="W",
+                   help="draw the frames of each episode's first chunk W times as often (default 1): with --tokens, "
+                        "where a behaviour mode is decided and the token is the only cue for it")
     p.add_argument("--balance", choices=["frames", "tasks"], default=d["balance"],
                    help=f"how batches draw frames from several datasets (default {d['balance']}): frames = uniformly over "
                         "all frames (a task with longer episodes gets more of each batch), tasks = an equal share per "
@@ -225,7 +228,7 @@ def run(args) -> int:
                           head_film=args.head_film,
                           num_tokens=args.num_tokens,
                           neck=args.neck, aug_views=args.aug_views, shift_pad=args.shift_pad, jitter=args.jitter,
-                          balance=args.balance, paraphrases=resolve_paraphrases(args.paraphrases),
+                          balance=args.balance, opening_weight=args.opening_weight, paraphrases=resolve_paraphrases(args.paraphrases),
                           labels=args.labels,
                           lora_rank=args.lora_rank,
                           lora_targets=tuple(args.lora_targets) if args.lora_targets else None,

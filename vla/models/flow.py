@@ -65,10 +65,10 @@ class FlowMatchingHead(nn.Module):
         flat = cfg.horizon * cfg.action_dim
         self.token_emb = nn.Embedding(cfg.num_tokens + 1, cfg.cond_dim) if cfg.num_tokens else None
         if self.token_emb is not None:
-            # small, as a transformer's embeddings (std 0.02), not nn.Embedding's N(0, 1): a token starts as (nearly)
-            # nothing added to the observation, and the head learns what it adds. At N(0, 1) every token was a random
-            # offset larger than the observation itself (norm 16 vs 10) that training left where it was: a VLA trained
-            # on two grasp modes gave the same chunk under either token (bench/results/README.md, ExToken)
+            # small, as a transformer's embeddings (std 0.02), not nn.Embedding's N(0, 1) (a random offset larger than
+            # the observation itself: norm 16 vs 10): a token starts as (nearly) nothing added to the observation.
+            # Neither init made a VLA trained on two grasp modes follow its token: it draws the mode from the
+            # sampler's noise instead (bench/results/README.md, ExToken)
             nn.init.normal_(self.token_emb.weight, std=0.02)
         layers: list[nn.Module] = [nn.Linear(flat + 32 + cfg.cond_dim, cfg.hidden), nn.SiLU()]
         for _ in range(cfg.depth - 1):
