@@ -93,8 +93,18 @@ class DeviceClient:
             meta.pop("deadline_ns")
         with self._lock:
             self._seq += 1
-            self._sock.send_multipart(encode(Message(mtype, self.device, arrays or {}, meta, seq=self._seq,
-                                                     t_mono_ns=now)), copy=False)
+            # the deadline covers the send too: a socket with no live connection to a peer (the server refused our
+            # CurveZMQ keys, or is not there yet) blocks in send, which once held a caller for good
+            self._sock.setsockopt(zmq.SNDTIMEO, max(1, int(timeout_s * 1000)))
+            try:
+                self._sock.send_multipart(encode(Message(mtype, self.device, arrays or {}, meta, seq=self._seq,
+                                                         t_mono_ns=now)), copy=False)
+            except zmq.Again:
+                self._sock.close(linger=0)
+                self._sock = self._make_socket()
+                raise BridgeTimeout(
+                    f"{self.device or self.endpoint}: could not send {mtype!r} within {timeout_s:.3f} s to "
+                    f"{self.endpoint}: no connection (server down, wrong endpoint, or CurveZMQ keys refused)") from None
             deadline = time.monotonic() + timeout_s
             while True:
                 left = deadline - time.monotonic()

@@ -97,3 +97,39 @@ def test_two_servers_in_one_process_each_admit_their_own_clients(tmp_path):
     finally:
         for srv in servers:
             srv.stop()
+
+
+def test_a_request_with_no_connection_to_send_on_times_out(monkeypatch):
+    """A DEALER socket with no live connection (ZMQ_IMMEDIATE here; a refused CurveZMQ handshake in the field) blocks
+    in send: the request's deadline must cover the send, not only the reply (the security test above once hung 300 s
+    in ``ping`` under load)."""
+    import threading
+
+    import zmq
+
+    from robot_io.client import DeviceClient as Client
+
+    make = Client._make_socket
+
+    def immediate(self):
+        s = make(self)
+        s.setsockopt(zmq.IMMEDIATE, 1)  # queue nothing until a connection is up, as after a failed handshake
+        s.disconnect(self.endpoint)
+        s.connect(self.endpoint)
+        return s
+
+    monkeypatch.setattr(Client, "_make_socket", immediate)
+    result = {}
+
+    def call():
+        try:
+            with Client(f"tcp://127.0.0.1:{_free_port()}", "arm", 0.3) as c:  # nobody listens
+                c.ping()
+        except BridgeTimeout as e:
+            result["error"] = str(e)
+
+    t = threading.Thread(target=call, daemon=True)
+    t.start()
+    t.join(5.0)
+    assert not t.is_alive(), "the request blocked past its deadline"
+    assert "could not send 'ping'" in result["error"]
