@@ -82,16 +82,17 @@ def make_env(**kwargs) -> DrawerEnv:
     return DrawerEnv(**kwargs)
 
 
-def tiny_vla(path, seed: int = 0) -> str:
+def tiny_vla(path, seed: int = 0, num_tokens: int = 0) -> str:
     """A randomly initialised compact VLA sized for this env (one camera 32x32 input, state 5, action 4,
-    chunks of 4), saved at ``path``: the stand-in for a user's checkpoint."""
+    chunks of 4), saved at ``path``: the stand-in for a user's checkpoint. ``num_tokens``: with that many
+    behaviour tokens (what ExToken steers)."""
     import torch
 
     from vla.models.compact import CompactVLA, CompactVLAConfig
 
     torch.manual_seed(seed)
     m = CompactVLA(CompactVLAConfig(cameras=("front",), image_size=32, state_dim=5, action_dim=4, horizon=4,
-                                    hidden=32, cond_dim=32, keypoints=4, pretrained=False))
+                                    hidden=32, cond_dim=32, keypoints=4, pretrained=False, num_tokens=num_tokens))
     m.set_normalization(np.zeros(5), np.ones(5), -np.ones(4), np.ones(4))
     m.save(str(path))
     return str(path)

@@ -21,9 +21,17 @@ SMALL = {  # each method's smallest settings, so that a few ticks run in seconds
 }
 
 
+TOKENS = {"extoken"}  # methods that steer behaviour tokens: they get a token-conditioned checkpoint
+
+
 @pytest.fixture(scope="module")
 def ckpt(tmp_path_factory):
     return tiny_vla(tmp_path_factory.mktemp("heldout") / "ckpt")
+
+
+@pytest.fixture(scope="module")
+def token_ckpt(tmp_path_factory):
+    return tiny_vla(tmp_path_factory.mktemp("heldout") / "ckpt_tokens", num_tokens=2)
 
 
 class _CountingEnv(gym.Env):
@@ -91,13 +99,13 @@ def test_one_episode_limit_rule():
 
 
 @pytest.mark.parametrize("method", sorted(REGISTRY))
-def test_vla_eval_and_vla_rl_run_on_a_one_action_env(ckpt, tmp_path, method):
+def test_vla_eval_and_vla_rl_run_on_a_one_action_env(ckpt, token_ckpt, tmp_path, method):
     """Every method of the registry, a few ticks through `vla rl --env`, and `vla eval --env`, on an env
     that steps one action (before the contract, `vla rl` handed it [4, 4] chunks and failed)."""
     from vla.cli import main
 
     out = tmp_path / "rl"
-    assert main(["rl", "--method", method, "--checkpoint", ckpt, "--env", ENV, "--instruction", INSTRUCTION,
+    assert main(["rl", "--method", method, "--checkpoint", token_ckpt if method in TOKENS else ckpt, "--env", ENV, "--instruction", INSTRUCTION,
                  "--out", str(out), "--total-ticks", "12", "--warmup-steps", "1", "--eval-every", "0",
                  "--eval-episodes", "2", "--videos", "0", *SMALL.get(method, [])]) == 0
     summary = json.loads((out / "summary.json").read_text())

@@ -106,6 +106,7 @@ def run(args) -> int:
     onnx = is_onnx_file(args.checkpoint)
     ckpt = args.checkpoint if onnx else resolve_checkpoint(args.checkpoint)
     model = load_vla(ckpt).eval()
+    args.token = getattr(args, "token", None)  # a Namespace built by a caller may predate --token
     if args.token is not None:
         k = int(getattr(model, "num_tokens", 0) or 0)
         if not 0 <= args.token <= k:
