@@ -161,8 +161,17 @@ class RealSenseCamera(Camera):
 
     def _stop_pipeline(self) -> None:
         pipe, self._pipe = self._pipe, None
-        self._align = self._playback = None
+        playback, self._align, self._playback = self._playback, None, None
         if pipe is not None:
+            if playback is not None and not self.real_time:
+                # back to real time before stopping: a pipeline stopped while its file plays with real_time off can
+                # hang or abort in librealsense (its issues #3126 and #2743: a reader blocked on a consumer that has
+                # gone); once it aborted a whole test run in pipe.stop (test_bgr_recording_comes_out_rgb, a fresh-clone CI)
+                try:
+                    playback.set_real_time(True)
+                except RuntimeError as e:
+                    log.warning("camera %r: could not set playback back to real time before stopping: %s",
+                                self.name, e)
             try:
                 pipe.stop()
             except RuntimeError as e:
