@@ -54,7 +54,8 @@ for p in (ROOT, ROOT / "bench"):
 import numpy as np  # noqa: E402
 
 import dsrl as dsrl_bench  # noqa: E402  (bench/dsrl.py: sites on own ports, run collection)
-from sarl import max_steps, wilson  # noqa: E402
+import lfh as lfh_bench  # noqa: E402  (bench/lfh.py: the GRPO-family session command and logs)
+from sarl import wilson  # noqa: E402
 
 ARMS = ("grpo", "no-tokens", "extoken", "no-selector", "bandit")
 DEFAULT_ARMS = ("grpo", "no-tokens", "extoken", "no-selector")
@@ -70,18 +71,8 @@ def arm_updates(arm: str, updates: int) -> int:
 
 def launch(job: dict, site: str, args):
     arm = job["arm"]
-    per_update = args.group_size * args.groups_per_update
-    updates = arm_updates(arm, args.updates)
-    ticks = updates * per_update * max_steps(job["task"])  # an upper bound: successes end episodes early
     ckpt = args.checkpoint if arm in TOKEN_ARMS else args.baseline_checkpoint
-    cmd = [sys.executable, "-m", "vla.cli", "rl", "--checkpoint", ckpt, "--task", job["task"],
-           "--out", job["out"], "--robot", site, "--seed", str(job["seed"]), "--exec-steps", str(args.exec_steps),
-           "--eval-episodes", str(args.eval_episodes), "--threads", "1", "--serve", "always", "--videos", "0",
-           "--total-ticks", str(ticks), "--eval-every", str(args.eval_every_updates * per_update),
-           "--checkpoint-every", str(per_update), "--warmup-steps", "0",
-           "--group-size", str(args.group_size), "--groups-per-update", str(args.groups_per_update),
-           "--sigma", str(args.sigma), "--lr", str(args.lr), "--train", args.train,
-           "--total-episodes", str(updates * per_update)]
+    cmd = lfh_bench.grpo_session(job, site, args, ckpt, arm_updates(arm, args.updates))
     if arm in ("grpo", "no-tokens"):
         cmd += ["--method", "grpo"]
     else:
@@ -105,13 +96,10 @@ def collect(job: dict) -> dict:
     s, counts = dsrl_bench.eval_counts(out)
     r.update(counts)
     per_update = job["group_size"] * job["groups_per_update"]
-    evals = [json.loads(x) for x in open(os.path.join(out, "evals.jsonl"))] \
-        if os.path.isfile(os.path.join(out, "evals.jsonl")) else []
+    evals, eps, ups = lfh_bench.session_logs(out)
     r["curve_rollouts"] = [(0, s["base_success_rate"])] + [(e["episode"] + 1, e["success_rate"]) for e in evals]
     if not evals or (evals[-1]["episode"] + 1) != s["episodes"]:
         r["curve_rollouts"].append((s["episodes"], s["final_success_rate"]))
-    eps = [json.loads(x) for x in open(os.path.join(out, "episodes.jsonl"))]
-    ups = [e for e in eps if "charts/usable_groups" in e]
     r["updates"] = len(ups)
     r["rollouts_per_update"] = per_update
     r["train_success_per_update"] = _series(ups, "charts/group_success")

@@ -53,18 +53,34 @@ COLORS = {"grpo": "#4c72b0", "lfh": "#c44e52", "instruction-only": "#dd8452", "r
 GOAL = {"lift_points": 0.20, "lfh_steps_fraction": 1 / 3, "usable_share": 0.70}
 
 
+def grpo_session(job: dict, site: str, args, checkpoint: str, updates: int) -> list[str]:
+    """The `vla rl` command line every GRPO-family arm shares (this bench's and ``bench/extoken.py``'s): ``updates``
+    policy updates of ``args.group_size`` x ``args.groups_per_update`` rollouts from ``checkpoint``; the caller adds
+    ``--method`` and the method's own flags."""
+    per_update = args.group_size * args.groups_per_update
+    ticks = updates * per_update * max_steps(job["task"])  # an upper bound: successes end episodes early
+    return [sys.executable, "-m", "vla.cli", "rl", "--checkpoint", checkpoint, "--task", job["task"],
+            "--out", job["out"], "--robot", site, "--seed", str(job["seed"]), "--exec-steps", str(args.exec_steps),
+            "--eval-episodes", str(args.eval_episodes), "--threads", "1", "--serve", "always", "--videos", "0",
+            "--total-ticks", str(ticks), "--eval-every", str(args.eval_every_updates * per_update),
+            "--checkpoint-every", str(per_update), "--warmup-steps", "0",
+            "--group-size", str(args.group_size), "--groups-per-update", str(args.groups_per_update),
+            "--sigma", str(args.sigma), "--lr", str(args.lr), "--train", args.train,
+            "--total-episodes", str(updates * per_update)]
+
+
+def session_logs(out: str) -> tuple[list[dict], list[dict], list[dict]]:
+    """A finished session's evaluations (``evals.jsonl``), training episodes (``episodes.jsonl``) and, among those,
+    the ones that completed a policy update (they carry the update's ``charts/*``)."""
+    path = os.path.join(out, "evals.jsonl")
+    evals = [json.loads(x) for x in open(path)] if os.path.isfile(path) else []
+    eps = [json.loads(x) for x in open(os.path.join(out, "episodes.jsonl"))]
+    return evals, eps, [e for e in eps if "charts/usable_groups" in e]
+
+
 def launch(job: dict, site: str, args):
     arm = job["arm"]
-    per_update = args.group_size * args.groups_per_update
-    ticks = args.updates * per_update * max_steps(job["task"])  # an upper bound: successes end episodes early
-    cmd = [sys.executable, "-m", "vla.cli", "rl", "--checkpoint", args.checkpoint, "--task", job["task"],
-           "--out", job["out"], "--robot", site, "--seed", str(job["seed"]), "--exec-steps", str(args.exec_steps),
-           "--eval-episodes", str(args.eval_episodes), "--threads", "1", "--serve", "always", "--videos", "0",
-           "--total-ticks", str(ticks), "--eval-every", str(args.eval_every_updates * per_update),
-           "--checkpoint-every", str(per_update), "--warmup-steps", "0",
-           "--group-size", str(args.group_size), "--groups-per-update", str(args.groups_per_update),
-           "--sigma", str(args.sigma), "--lr", str(args.lr), "--train", args.train,
-           "--total-episodes", str(args.updates * per_update)]
+    cmd = grpo_session(job, site, args, args.checkpoint, args.updates)
     if arm == "grpo":
         cmd += ["--method", "grpo"]
     else:
@@ -82,14 +98,11 @@ def collect(job: dict) -> dict:
     s, counts = dsrl_bench.eval_counts(out)
     r.update(counts)
     per_update = job["group_size"] * job["groups_per_update"]
-    evals = [json.loads(x) for x in open(os.path.join(out, "evals.jsonl"))] \
-        if os.path.isfile(os.path.join(out, "evals.jsonl")) else []
+    evals, _, ups = session_logs(out)
     r["curve_updates"] = [(0, s["base_success_rate"])] + [((e["episode"] + 1) // per_update, e["success_rate"])
                                                           for e in evals]
     if not evals or (evals[-1]["episode"] + 1) != s["episodes"]:
         r["curve_updates"].append((s["episodes"] // per_update, s["final_success_rate"]))
-    eps = [json.loads(x) for x in open(os.path.join(out, "episodes.jsonl"))]
-    ups = [e for e in eps if "charts/usable_groups" in e]
     r["usable_per_update"] = [e["charts/usable_groups"] for e in ups]
     r["usable_with_hindsight_per_update"] = [e["charts/usable_groups_with_hindsight"] for e in ups]
     r["train_success_per_update"] = [e["charts/group_success"] for e in ups]
