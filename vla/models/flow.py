@@ -67,8 +67,8 @@ class FlowMatchingHead(nn.Module):
         if self.token_emb is not None:
             # small, as a transformer's embeddings (std 0.02), not nn.Embedding's N(0, 1) (a random offset larger than
             # the observation itself: norm 16 vs 10): a token starts as (nearly) nothing added to the observation.
-            # Neither init made a VLA trained on two grasp modes follow its token: it draws the mode from the
-            # sampler's noise instead (bench/results/README.md, ExToken)
+            # Neither init made a VLA trained on one demo per scene follow its token: it recalls each training scene's
+            # mode from the image; demos of every scene in every mode do (bench/results/README.md, ExToken)
             nn.init.normal_(self.token_emb.weight, std=0.02)
         layers: list[nn.Module] = [nn.Linear(flat + 32 + cfg.cond_dim, cfg.hidden), nn.SiLU()]
         for _ in range(cfg.depth - 1):
