@@ -11,21 +11,12 @@ import pytest  # noqa: E402
 
 from bench.expert_modes import blocked_mode, run_episode  # noqa: E402
 from hardware import sim_tasks  # noqa: E402
-from hardware.sim_franka import SimFranka  # noqa: E402
 from hardware.sim_tasks import (CLEARANCE, CUBE_HALF, FOOTPRINT, HOME_FINGER_ANGLE, NEIGHBOUR_GAP, OBJECT_NAMES,  # noqa: E402
                                 TASKS, achieved_tasks, base_tasks, cube_yaw, objects_from_state)
 from hardware.teleop.scripted import (GRASP_MODES, ExpertKnobs, ScriptedExpert, down_quat, finger_angle,  # noqa: E402
                                       turned_angle)
 
 QUARTER = math.pi / 2
-
-
-@pytest.fixture(scope="module")
-def sim():
-    s = SimFranka(realtime=False, seed=0)
-    s.connect()
-    yield s
-    s.disconnect()
 
 
 def pose(x, y, z, yaw=0.0):

@@ -13,14 +13,6 @@ from hardware.base import DeviceError, NotConnectedError  # noqa: E402
 from hardware.sim_franka import HOME_Q, OBJECT_NAMES, VELOCITY_LIMITS, SimFranka, _quat_err  # noqa: E402
 
 
-@pytest.fixture(scope="module")
-def sim():
-    s = SimFranka(realtime=False, seed=0)
-    s.connect()
-    yield s
-    s.disconnect()
-
-
 def run_until(sim, seconds, cond=None):
     """Advance in control periods; return the states seen."""
     states = []

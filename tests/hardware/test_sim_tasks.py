@@ -12,7 +12,6 @@ import pytest  # noqa: E402
 from bench.experts import apply_ee_delta, privileged_from_state, run_episode  # noqa: E402
 from hardware import sim_franka, sim_tasks  # noqa: E402
 from hardware.base import DeviceError  # noqa: E402
-from hardware.sim_franka import SimFranka  # noqa: E402
 from hardware.sim_tasks import (CUBE_HALF, FOOTPRINT, OBJECT_NAMES, TASKS, SubgoalTracker, achieved_skills, achieved_tasks,  # noqa: E402
                                 cube_yaw, get_task, objects_from_state)
 from hardware.teleop import load_teleop  # noqa: E402
@@ -24,14 +23,6 @@ from robot_io.wire import Message  # noqa: E402
 
 LONG = [n for n, t in TASKS.items() if len(t.skills) > 2]
 SINGLE = [n for n in TASKS if n not in LONG and n != "pick_red_cube_crowded"]  # crowded: one turn fits (test_expert_modes)
-
-
-@pytest.fixture(scope="module")
-def sim():
-    s = SimFranka(realtime=False, seed=0)
-    s.connect()
-    yield s
-    s.disconnect()
 
 
 def pose(x, y, z, yaw=0.0):
