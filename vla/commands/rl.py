@@ -12,7 +12,8 @@ from policies import DEFAULT_METHOD  # no torch: the registry imports no method
 
 def add_parser(sub, name: str, help_: str) -> None:
     p = sub.add_parser(name, help=help_, formatter_class=argparse.RawDescriptionHelpFormatter, description=(
-        "Run an online RL session: the VLA from --checkpoint stays frozen and an RL module steers it. "
+        "Run an online RL session: an RL module steers the VLA from --checkpoint, whose files are never "
+        "modified (DSRL, residual and SARL keep it frozen; GRPO, LfH and ExToken train their own copy). "
         "DSRL (--method dsrl) learns the initial noise of the VLA's flow sampler with SAC; its "
         "noise-aliased variant (--variant na, default) also learns an action-space critic that demos and "
         "operator interventions feed. Residual RL (--method residual, ResFiT) adds a small learned, bounded "
@@ -21,12 +22,14 @@ def add_parser(sub, name: str, help_: str) -> None:
         "held for --chunks-per-prompt chunks or until --terminator fires), composing its sub-skills into long "
         "tasks; it prints the learned prompt sequence at the end and writes RUN/grounding.json (what each "
         "prompt made the VLA do). "
-        "GRPO (--method grpo) is the one method that moves weights: groups of --group-size rollouts from one "
+        "GRPO (--method grpo) moves weights: groups of --group-size rollouts from one "
         "scene, the VLA acting through its stochastic flow sampler, group-normalised advantages and PPO-clip on "
         "the sampler's log-probabilities, on its own copy of the VLA (--train head | policy | lora; the base "
         "checkpoint is never touched), saved as RUN/policy. LfH (--method lfh) adds hindsight relabelling: for a "
         "group below --eta a judge (--judge sim | vlm:DIR | classifier:DIR | human) says what a failed rollout did "
-        "achieve and re-scores the group under that instruction. "
+        "achieve and re-scores the group under that instruction. ExToken (--method extoken) wraps GRPO "
+        "around a VLA trained with behaviour tokens (`vla train --tokens`): rollouts try every token, and a "
+        "state-conditioned selector p(c | s), trained from the tokens' returns, picks the token at deployment. "
         "The run directory gets the learning curve, TensorBoard scalars, "
         "episode logs, evaluation videos and a checkpoint after every episode; --resume continues a "
         "killed session exactly (step count, replay buffers, optimisers, RNG states). "
@@ -41,6 +44,9 @@ examples:
   vla rl --method residual --checkpoint vla/checkpoints/base --task pick_blue_cube --total-ticks 20000 --out runs/res_blue
   vla rl --checkpoint runs/vla_pick --task pick_red_cube --demos data/demos_red --out runs/dsrl_red_demos
                                                      # NA's action critic also learns from recorded demos
+  vla rl --method grpo --checkpoint vla/checkpoints/base --task place_cube_in_bowl --total-episodes 240 --out runs/grpo
+  vla rl --method extoken --checkpoint runs/extoken/paired --task pick_red_cube_crowded --total-episodes 64 \
+         --out runs/extoken_crowded                 # the VLA was trained with `vla train --tokens`
   vla rl --resume runs/dsrl_red                      # continue after a kill
   vla rl --checkpoint runs/vla_x --env my_pkg.envs:make_env --instruction "reach" --out runs/rl_x
                                                      # any gymnasium env with images / state / instruction;
