@@ -8,7 +8,7 @@ PYTHON312 ?= $(shell for p in python3.12 $$(ls -d $$HOME/.pyenv/versions/3.12*/b
 STAMPS := .stamps
 export MUJOCO_GL ?= egl
 
-.PHONY: demo bridge-demo test setup clean-venv bench base base-subskills
+.PHONY: demo bridge-demo test setup clean-venv bench base base-subskills extoken-bases
 
 setup: $(STAMPS)/venv
 
@@ -82,3 +82,30 @@ base-subskills:
 	$(MAKE) base BASE_TASKS="pick_red_cube pick_blue_cube lift_green_cube place_cube_in_bowl stack_cubes \
 	  push_block_to_marker" BASE_SEGMENTED="place_cube_in_bowl stack_cubes" BASE_DATA=data/base_subskills \
 	  BASE_OUT=vla/checkpoints/base_subskills BASE_TRAIN_FLAGS="$(BASE_TRAIN_FLAGS) --paraphrases sim"
+
+# ExToken's two bases (bench/results/README.md "ExToken", round 3): pick_red_cube_yaw45 recorded in both grasp turns
+# over the same 160 scenes (seeds 1000..1159, so the image does not give the turn away), behaviour tokens from the
+# turns (`vla tokens`), then the token-conditioned VLA and the token-free one on the same demos: `bench/extoken.py
+# --checkpoint vla/checkpoints/extoken_tokens --baseline-checkpoint vla/checkpoints/extoken_notokens`.
+# About 12 min recording + 2 x 17 min training on 2 cores.
+EXTOKEN_DATA ?= data/extoken
+EXTOKEN_SCENES ?= 160
+EXTOKEN_TRAIN_FLAGS ?= --steps 6000 --batch-size 128 --head-hidden 512 --head-depth 4 --crop front=0.2,0.35,0.8,0.85 \
+  --fine-blocks 3 --shift-pad 0 --aug-views 1 --threads 2
+extoken-bases: setup
+	@for m in ccw cw; do d=$(EXTOKEN_DATA)/yaw45_$$m; \
+	  if [ -f $$d.complete ]; then echo ">> $$d: recorded already"; \
+	  else rm -rf $$d && $(VENV)/bin/vla record --robot sim-franka-fast --task pick_red_cube_yaw45 --teleop scripted \
+	         --expert-mode $$m --episodes $(EXTOKEN_SCENES) --seed 1000 --root $$d && touch $$d.complete || exit 1; fi; \
+	done
+	$(VENV)/bin/vla tokens --dataset $(EXTOKEN_DATA)/yaw45_ccw --dataset $(EXTOKEN_DATA)/yaw45_cw --k 2 \
+	  --purity-field expert_mode --out $(EXTOKEN_DATA)/tokens_k2.json
+	@for kind in tokens notokens; do run=runs/extoken_$$kind-$$(date +%Y%m%d-%H%M%S); \
+	  tok=; [ $$kind = tokens ] && tok="--tokens $(EXTOKEN_DATA)/tokens_k2.json --token-dropout 0.2"; \
+	  $(VENV)/bin/vla train --dataset $(EXTOKEN_DATA)/yaw45_ccw --dataset $(EXTOKEN_DATA)/yaw45_cw $$tok \
+	    $(EXTOKEN_TRAIN_FLAGS) --out $$run || exit 1; \
+	  rm -rf vla/checkpoints/extoken_$$kind && cp -r $$run/model vla/checkpoints/extoken_$$kind || exit 1; \
+	done
+	@echo ">> vla/checkpoints/extoken_tokens, extoken_notokens; measure: .venv/bin/python bench/token_scenes.py \
+	--checkpoint vla/checkpoints/extoken_tokens --tokens $(EXTOKEN_DATA)/tokens_k2.json \
+	--baseline-checkpoint vla/checkpoints/extoken_notokens"
