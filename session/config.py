@@ -20,7 +20,7 @@ UPDATE_MODES = ("lockstep", "async")
 class RLConfig:
     checkpoint: str
     """The VLA to steer: a checkpoint directory (the compact VLA, or a LeRobot pi0 / pi05 / SmolVLA policy) or a
-    `vla train` run directory. Its files are never modified (GRPO, LfH and ExToken train a copy)."""
+    `vla train` run directory. Its files are never modified (a method that tunes the VLA trains its own copy)."""
     out: str
     """Run directory (new)."""
     task: str
