@@ -85,11 +85,13 @@ base-subskills:
 
 # ExToken's two bases (bench/results/README.md "ExToken", round 3): pick_red_cube_yaw45 recorded in both grasp turns
 # over the same 160 scenes (seeds 1000..1159, so the image does not give the turn away), behaviour tokens from the
-# turns (`vla tokens`), then the token-conditioned VLA and the token-free one on the same demos: `bench/extoken.py
-# --checkpoint vla/checkpoints/extoken_tokens --baseline-checkpoint vla/checkpoints/extoken_notokens`.
+# turns (`vla tokens`), then the token-conditioned VLA and the token-free one on the same demos, copied to
+# $(EXTOKEN_OUT)/tokens and notokens (not committed): `bench/extoken.py --checkpoint runs/extoken/tokens
+# --baseline-checkpoint runs/extoken/notokens`.
 # About 12 min recording + 2 x 17 min training on 2 cores.
 EXTOKEN_DATA ?= data/extoken
 EXTOKEN_SCENES ?= 160
+EXTOKEN_OUT ?= runs/extoken
 EXTOKEN_TRAIN_FLAGS ?= --steps 6000 --batch-size 128 --head-hidden 512 --head-depth 4 --crop front=0.2,0.35,0.8,0.85 \
   --fine-blocks 3 --shift-pad 0 --aug-views 1 --threads 2
 extoken-bases: setup
@@ -104,8 +106,8 @@ extoken-bases: setup
 	  tok=; [ $$kind = tokens ] && tok="--tokens $(EXTOKEN_DATA)/tokens_k2.json --token-dropout 0.2"; \
 	  $(VENV)/bin/vla train --dataset $(EXTOKEN_DATA)/yaw45_ccw --dataset $(EXTOKEN_DATA)/yaw45_cw $$tok \
 	    $(EXTOKEN_TRAIN_FLAGS) --out $$run || exit 1; \
-	  rm -rf vla/checkpoints/extoken_$$kind && cp -r $$run/model vla/checkpoints/extoken_$$kind || exit 1; \
+	  rm -rf $(EXTOKEN_OUT)/$$kind && mkdir -p $(EXTOKEN_OUT) && cp -r $$run/model $(EXTOKEN_OUT)/$$kind || exit 1; \
 	done
-	@echo ">> vla/checkpoints/extoken_tokens, extoken_notokens; measure: .venv/bin/python bench/token_scenes.py \
-	--checkpoint vla/checkpoints/extoken_tokens --tokens $(EXTOKEN_DATA)/tokens_k2.json \
-	--baseline-checkpoint vla/checkpoints/extoken_notokens"
+	@echo ">> $(EXTOKEN_OUT)/tokens, $(EXTOKEN_OUT)/notokens; measure: .venv/bin/python bench/token_scenes.py \
+	--checkpoint $(EXTOKEN_OUT)/tokens --tokens $(EXTOKEN_DATA)/tokens_k2.json \
+	--baseline-checkpoint $(EXTOKEN_OUT)/notokens"
