@@ -13,7 +13,12 @@ rollouts from one scene, binary task reward), one sim bridge each (``bench/dsrl.
                     learns from the groups' returns and picks the token at evaluation;
 * ``no-selector``   the same, but a uniformly random token at evaluation (``--deploy random``);
 * ``bandit``        (optional) the selector alone, the VLA frozen (``--no-learn-policy``): a contextual bandit
-                    over tokens.
+                    over tokens;
+* ``extoken-full``  (optional) ``extoken`` at GRPO's full budget: ExToken's own curve of success against rollouts.
+
+``--tokens FILE`` (the token file with its purity against ``expert_mode``) adds a PRIVILEGED diagnostic on the crowded
+task: how often the token each ExToken arm deployed at its final evaluation is the scene's free turn (read off the
+layout), and the success when it is and when it is not.
 
 The budget is ``--updates`` policy updates of ``--group-size`` x ``--groups-per-update`` rollouts for ``grpo``; the
 quarter-budget arms get ``--updates // 4`` (at least 1). Reported per arm: base and final success with 95% Wilson
@@ -57,12 +62,12 @@ import dsrl as dsrl_bench  # noqa: E402  (bench/dsrl.py: sites on own ports, run
 import lfh as lfh_bench  # noqa: E402  (bench/lfh.py: the GRPO-family session command and logs)
 from sarl import wilson  # noqa: E402
 
-ARMS = ("grpo", "no-tokens", "extoken", "no-selector", "bandit")
+ARMS = ("grpo", "no-tokens", "extoken", "no-selector", "bandit", "extoken-full")
 DEFAULT_ARMS = ("grpo", "no-tokens", "extoken", "no-selector")
 QUARTER = ("no-tokens", "extoken", "no-selector", "bandit")
-TOKEN_ARMS = ("extoken", "no-selector", "bandit")
+TOKEN_ARMS = ("extoken", "no-selector", "bandit", "extoken-full")
 COLORS = {"grpo": "#4c72b0", "no-tokens": "#8c8c8c", "extoken": "#c44e52", "no-selector": "#dd8452",
-          "bandit": "#8172b3"}
+          "bandit": "#8172b3", "extoken-full": "#937860"}
 
 
 def arm_updates(arm: str, updates: int) -> int:
@@ -113,7 +118,25 @@ def collect(job: dict) -> dict:
     r["token_counts"] = {str(t): tokens.count(t) for t in sorted(set(map(str, tokens)))} if tokens else {}
     r["episodes"] = s["episodes"]
     r["agent"] = s.get("agent", {})
+    fe = os.path.join(out, "final_eval.json")  # the final evaluation's episodes (sessions since final_eval.json)
+    if os.path.isfile(fe):
+        with open(fe) as f:
+            r["final_episodes"] = [{"seed": e["seed"], "success": e["success"], "token": e.get("token")}
+                                   for e in json.load(f)["per_episode"]]
     return r
+
+
+def deployed_turns(r: dict, modes: dict[int, str], free: dict[int, str]) -> dict | None:
+    """PRIVILEGED diagnostic (the scene's layout): how often the token the session deployed at its final evaluation
+    is the scene's free turn, and the success rate when it is and when it is not."""
+    eps = [e for e in r.get("final_episodes", []) if e.get("token") in modes and e["seed"] in free]
+    if not eps:
+        return None
+    hit = [e for e in eps if modes[e["token"]] == free[e["seed"]]]
+    miss = [e for e in eps if modes[e["token"]] != free[e["seed"]]]
+    return {"episodes": len(eps), "free_turn_token": len(hit), "success_free_turn_token": sum(e["success"] for e in hit),
+            "success_blocked_turn_token": sum(e["success"] for e in miss),
+            "tokens": {str(c): sum(e["token"] == c for e in eps) for c in sorted(modes)}}
 
 
 def _mean(xs) -> float | None:
@@ -140,6 +163,11 @@ def summarize(done: list[dict], args) -> dict:
                          "ee_coverage": _mean(x for r in rs for x in r["ee_coverage_per_update"]),
                          "chunk_distance": _mean(x for r in rs for x in r["chunk_distance_per_update"]),
                          "train_success": _mean(x for r in rs for x in r["train_success_per_update"])}
+            turns = [r["deployed_turns"] for r in rs if r.get("deployed_turns")]
+            if turns:  # PRIVILEGED: the deployed token against the scene's free turn, pooled over seeds
+                cell[arm]["deployed_turns"] = {k: sum(t[k] for t in turns) for k in
+                                               ("episodes", "free_turn_token", "success_free_turn_token",
+                                                "success_blocked_turn_token")}
         out[task] = cell
     return out
 
@@ -233,6 +261,10 @@ def main(argv=None) -> int:
     ap.add_argument("--name", default="extoken", help="result files bench/results/<name>.json / .png")
     ap.add_argument("--out", type=pathlib.Path, default=ROOT / "bench" / "results")
     ap.add_argument("--work", default=None, help="where the session run directories go (default a temp dir)")
+    ap.add_argument("--tokens", default=None,
+                    help="the token file the ExToken VLA was trained with (`vla tokens --purity-field expert_mode`): "
+                         "reports, from the scene layouts (PRIVILEGED, crowded task only), how often the deployed "
+                         "token was the scene's free turn")
     args = ap.parse_args(argv)
     args.tasks = args.tasks or ["pick_red_cube_crowded"]
     if args.quick:
@@ -251,10 +283,18 @@ def main(argv=None) -> int:
     done = dsrl_bench.run_jobs(jobs, work, args, launch)
     done = [collect(next(j for j in jobs if j["out"] == r["out"]) | {"returncode": r["returncode"],
                                                                       "wall_s": r["wall_s"]}) for r in done]
+    if args.tokens:
+        from bench.token_scenes import TASK as CROWDED, free_turns, token_modes
+
+        modes = token_modes(args.tokens)
+        for r in done:
+            if r["task"] == CROWDED and r["arm"] in TOKEN_ARMS and r.get("final_episodes"):
+                r["deployed_turns"] = deployed_turns(
+                    r, modes, free_turns(CROWDED, sorted({e["seed"] for e in r["final_episodes"]})))
     summary = summarize(done, args)
     goals = goals_of(summary)
     args.collected_only = args.collect_only
-    keys = ("checkpoint", "baseline_checkpoint", "tasks", "arms", "seeds", "collected_only", "updates", "group_size",
+    keys = ("checkpoint", "baseline_checkpoint", "tokens", "tasks", "arms", "seeds", "collected_only", "updates", "group_size",
             "groups_per_update", "token_unit", "sigma", "lr", "train", "exec_steps", "eval_every_updates",
             "eval_episodes", "jobs")
     res = {"bench": "extoken", "quick": args.quick, "date": _dt.datetime.now().isoformat(timespec="seconds"),
@@ -263,8 +303,8 @@ def main(argv=None) -> int:
            "summary": summary, "goals": goals,
            "runs": [{k: v for k, v in {**r, "out": dsrl_bench.portable(r["out"])}.items() if k not in ("t0",)}
                     for r in done]}
-    for k in ("checkpoint", "baseline_checkpoint"):
-        res["settings"][k] = dsrl_bench.portable(getattr(args, k))
+    for k in ("checkpoint", "baseline_checkpoint", "tokens"):
+        res["settings"][k] = getattr(args, k) and dsrl_bench.portable(getattr(args, k))
     args.out.mkdir(parents=True, exist_ok=True)
     with open(args.out / f"{args.name}.json", "w") as f:
         json.dump(res, f, indent=2)
@@ -279,6 +319,10 @@ def main(argv=None) -> int:
             cov = "" if m["ee_coverage"] is None else f"  voxels/group {m['ee_coverage']:.1f}"
             print(f"  {arm:<12} {m['rollouts']:>4} rollouts  {m['rate']:.0%} "
                   f"[{m['ci95'][0]:.0%}, {m['ci95'][1]:.0%}] over {m['seeds']} seed(s){cov}")
+            if t := m.get("deployed_turns"):
+                print(f"  {'':<12} deployed token = the scene's free turn (PRIVILEGED) {t['free_turn_token']}/"
+                      f"{t['episodes']}: success {t['success_free_turn_token']} then, "
+                      f"{t['success_blocked_turn_token']} otherwise")
     print(f"wrote {args.out / (args.name + '.json')} and {args.name}.png")
     return 0 if all("final" in r for r in done) else 1
 

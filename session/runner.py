@@ -586,6 +586,10 @@ def run_session(cfg: RLConfig, env, vla, resume: bool = False, operator: Operato
     os.makedirs(os.path.join(cfg.out, "videos"), exist_ok=True)
     for seed, frames in final.pop("frames"):
         write_video(frames, os.path.join(cfg.out, "videos", f"eval_seed{seed}.mp4"), fps=10.0 / sess.agent.chunk_shape[0])
+    from vla.data.writer import atomic_write_json
+
+    # every evaluation episode of the final policy (seed, success, ticks and what the agent logs, e.g. its token)
+    atomic_write_json({k: v for k, v in final.items() if k != "frames"}, os.path.join(cfg.out, "final_eval.json"))
     lines = sess.agent.report(final["per_episode"])
     if lines and progress:
         print("final evaluation:\n" + "\n".join(lines), flush=True)

@@ -19,10 +19,13 @@ def test_bench_extoken_quick(tmp_path):
     port = free_ports(1)[0]
     save_tiny_vla(str(tmp_path / "tok"), num_tokens=2)
     save_tiny_vla(str(tmp_path / "notok"))
+    tokens = tmp_path / "tokens.json"  # token 1 was recorded in the ccw turn, token 2 in the cw turn
+    tokens.write_text(json.dumps({"purity": {"field": "expert_mode", "table": {"1": {"ccw": 4, "cw": 1},
+                                                                               "2": {"cw": 5}}}}))
     r = subprocess.run([sys.executable, str(ROOT / "bench" / "extoken.py"), "--quick", "--checkpoint",
                         str(tmp_path / "tok"), "--baseline-checkpoint", str(tmp_path / "notok"),
                         "--arms", "grpo", "extoken", "no-selector", "--jobs", "1", "--port0", str(port),
-                        "--out", str(tmp_path / "res"), "--work", str(tmp_path / "work")],
+                        "--tokens", str(tokens), "--out", str(tmp_path / "res"), "--work", str(tmp_path / "work")],
                        cwd=ROOT, capture_output=True, text=True, timeout=280)
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
     res = json.loads((tmp_path / "res" / "extoken.json").read_text())
@@ -40,8 +43,27 @@ def test_bench_extoken_quick(tmp_path):
     assert json.loads((tmp_path / "work" / "pick_red_cube_crowded-no-selector-s0" / "rl_config.json")
                       .read_text())["agent"]["deploy"] == "random"
     assert sorted(runs["extoken"]["token_counts"]) == ["1", "2"]  # the group of 2 tried both tokens (stratified)
+    # the final evaluation's deployed tokens against each scene's free turn (PRIVILEGED, from the layout)
+    from bench.token_scenes import free_turns
+    for arm in ("extoken", "no-selector"):
+        eps = runs[arm]["final_episodes"]
+        assert [e["seed"] for e in eps] == [200000, 200001] and all(e["token"] in (1, 2) for e in eps)
+        free = free_turns("pick_red_cube_crowded", [200000, 200001])
+        want = sum(("ccw" if e["token"] == 1 else "cw") == free[e["seed"]] for e in eps)
+        assert runs[arm]["deployed_turns"]["free_turn_token"] == want
+        assert cell[arm]["deployed_turns"]["episodes"] == 2
+    assert "final_episodes" in runs["grpo"] and "deployed_turns" not in cell["grpo"]  # no tokens: no turn to judge
     # the two checkpoints' base evaluations are never shared
     assert runs["extoken"]["base_from"] in (None, "pick_red_cube_crowded-no-selector-s0")
     assert res["goals"]["pick_red_cube_crowded"]["quarter_budget"]["met"] is False  # one seed cannot meet it
     assert (tmp_path / "res" / "extoken.png").stat().st_size > 10_000
     assert str(tmp_path) not in (tmp_path / "res" / "extoken.json").read_text()  # no machine paths
+
+
+def test_extoken_full_is_extoken_at_grpos_budget():
+    """The optional ``extoken-full`` arm runs ExToken (the token VLA) for GRPO's full budget: its own budget curve."""
+    sys.path.insert(0, str(ROOT / "bench"))
+    import extoken
+
+    assert extoken.arm_updates("extoken-full", 8) == extoken.arm_updates("grpo", 8) == 8
+    assert extoken.arm_updates("extoken", 8) == 2 and "extoken-full" in extoken.TOKEN_ARMS
