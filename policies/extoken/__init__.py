@@ -11,11 +11,13 @@ Each choice is named on its config field (``policies/extoken/config.py``). Recon
 * (R) Stratified exploration: each group cycles through a random permutation of the tokens, so every token is tried
   in every scene (group_size >= K); the paper only says tokens are sampled during rollouts.
 * (R) The selector is an MLP over the session's frozen VLA's ``embed(obs)`` (its input does not drift while the
-  policy trains), fitted after each update by truncated-importance REINFORCE (p / q) on the episodes' GRPO group
-  advantages, with an entropy bonus and KL(p(. | s) || demo token prior) (METHODS.md: "trained on returns with
-  entropy and a KL to the demos' token prior"; the weights and sizes are ours). The entropy weight is 0.1: the
-  REINFORCE gradient vanishes for a token the selector has dropped, and at 0.01 early noise decided which token a
-  kind of scene locked into in 2 of 20 seeds of the tests' bandit (``policies.extoken.selector``).
+  policy trains), fitted after each update on the episodes' GRPO group advantages of every decision so far (up to
+  ``selector_memory``) to METHODS.md's objective, "trained on returns with entropy and a KL to the demos' token
+  prior": max E_p[A] - beta KL(p(. | s) || prior). Default ``awr``: advantage-weighted regression onto
+  prior(c) exp(A / beta), that objective's closed-form optimum. ``pg``: truncated-importance REINFORCE (p / q) with an
+  entropy bonus (0.1) and the KL, the first reconstruction; on the crowded pick it went deterministic after one
+  update and never moved again, as the p / q-weighted gradient vanishes for a dropped token
+  (``policies.extoken.selector``; the weights and sizes are ours).
 * (R) The prior is the config's ``--prior``, else the checkpoint's ``tokens`` block (when the VLA says where it was
   loaded from), else uniform.
 * (R) Deployment: the selector's argmax on the episode's first observation (``token_unit chunk``: every macro-step's);

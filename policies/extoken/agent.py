@@ -18,9 +18,11 @@ deployment. One update, top to bottom (``ExTokenAgent._update``):
    trained on yet), trajectory diversity (end-effector voxels visited per group, pairwise distance of the first
    chunks).
 3. GRPO's update of the policy (``learn_policy``; off: the VLA stays frozen, a contextual bandit over tokens).
-4. The selector: ``selector_epochs`` full-batch Adam steps on every decision of the update, each weighted by its
-   episode's group advantage A = (R - mean R) / (std R + delta) (``policies.extoken.selector.selector_loss``:
-   truncated-importance REINFORCE + entropy bonus + KL to the demos' token prior).
+4. The selector: ``selector_epochs`` full-batch Adam steps on the newest ``selector_memory`` decisions (this
+   update's and the earlier ones'), each weighted by its episode's group advantage A = (R - mean R) / (std R + delta):
+   ``selector_objective awr`` (default) regresses p(c | s) onto prior(c) exp(A / beta)
+   (``policies.extoken.selector.awr_loss``), ``pg`` runs truncated-importance REINFORCE + entropy bonus + KL to the
+   demos' token prior (``selector_loss``).
 
 Evaluations take the token from ``deploy`` (the selector's argmax on the episode's first observation, or every
 macro-step's with ``chunk``) and the tuned policy's deterministic sampler. ``summarize`` writes the tuned policy
@@ -95,6 +97,7 @@ class ExTokenAgent(GRPOAgent):
         self._step_in_episode = 0
         self.token_counts = np.zeros(self.num_tokens + 1, np.int64)  # training decisions per token, all updates
         self.token_return_sum = np.zeros(self.num_tokens + 1, np.float64)
+        self._memory: dict[str, torch.Tensor] | None = None  # the selector's decisions so far (selector_memory)
 
     def _resolve_prior(self, vla, cfg: ExTokenConfig) -> tuple[torch.Tensor, str, dict | None]:
         """The demos' token prior over 1..K: the config's, else the VLA's (``token_prior``, or the ``tokens`` block
@@ -181,14 +184,19 @@ class ExTokenAgent(GRPOAgent):
                     advs.append(float(a))
                     qs.append(q)
         if embs:
+            new = {"emb": torch.stack(embs).float(), "token": torch.tensor(toks, dtype=torch.long),
+                   "adv": torch.tensor(advs, dtype=torch.float32), "q": torch.tensor(qs, dtype=torch.float32)}
+            if cfg.selector_memory and self._memory is not None:  # the newest selector_memory decisions
+                new = {k: torch.cat([self._memory[k], v])[-max(cfg.selector_memory, len(v)):] for k, v in new.items()}
+            self._memory = new
             self.selector.train()
-            st = fit_selector(self.selector, self.selector_opt, torch.stack(embs), torch.tensor(toks),
-                              torch.tensor(advs), torch.tensor(qs), self.prior, cfg.selector_epochs,
-                              cfg.entropy_coef, cfg.prior_kl_coef, cfg.max_importance)
+            st = fit_selector(self.selector, self.selector_opt, new["emb"], new["token"], new["adv"], new["q"],
+                              self.prior, cfg.selector_epochs, cfg.entropy_coef, cfg.prior_kl_coef,
+                              cfg.max_importance, objective=cfg.selector_objective, beta=cfg.selector_beta)
             self.selector.eval()
             info.update({"losses/selector": st["loss"], "selector/pg": st["pg"], "selector/entropy": st["entropy"],
                          "selector/prior_kl": st["prior_kl"], "selector/importance_mean": st["importance_mean"],
-                         "selector/decisions": float(len(embs))})
+                         "selector/decisions": float(len(embs)), "selector/memory": float(len(new["token"]))})
         return info
 
     def _token_diagnostics(self, groups: list[list[TokenRollout]]) -> dict[str, float]:
@@ -287,7 +295,8 @@ class ExTokenAgent(GRPOAgent):
                         "perm": None if self._perm is None else self._perm.copy(),
                         "eval_rng": self.eval_rng.bit_generator.state, "prior": self.prior.clone(),
                         "prior_source": self.prior_source, "token_counts": self.token_counts.copy(),
-                        "token_return_sum": self.token_return_sum.copy()}
+                        "token_return_sum": self.token_return_sum.copy(),
+                        "memory": None if self._memory is None else {k: v.clone() for k, v in self._memory.items()}}
         return d
 
     def load_state_dict(self, d: dict[str, Any]) -> None:
@@ -300,6 +309,8 @@ class ExTokenAgent(GRPOAgent):
         self.prior, self.prior_source = torch.as_tensor(e["prior"]).clone(), e["prior_source"]
         self.token_counts = np.asarray(e["token_counts"]).copy()
         self.token_return_sum = np.asarray(e["token_return_sum"]).copy()
+        mem = e.get("memory")  # absent in checkpoints from before the selector kept its decisions
+        self._memory = None if mem is None else {k: torch.as_tensor(v).clone() for k, v in mem.items()}
 
     def actor_parameters(self) -> dict[str, Any]:
         return {**super().actor_parameters(),

@@ -12,6 +12,7 @@ from policies.grpo.config import GRPOConfig
 TOKEN_UNITS = ("episode", "chunk")
 EXPLORE = ("stratified", "selector", "uniform")
 DEPLOY = ("selector", "random", "null")
+SELECTOR_OBJECTIVES = ("awr", "pg")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -38,6 +39,21 @@ class ExTokenConfig(GRPOConfig):
     """Adam step size of the selector (R: Adam's common default)."""
     selector_epochs: int = 20
     """Full-batch selector steps per update, over every token decision of the update's rollouts (R)."""
+    selector_objective: str = dataclasses.field(default="awr", metadata={"choices": SELECTOR_OBJECTIVES})
+    """How the selector is fitted to the token decisions. ``awr``: advantage-weighted regression (Peng et al. 2019)
+    onto the demos' token prior, -E_q[exp(A / selector_beta) prior(c) / q(c) log p(c | s)], whose optimum is p(c | s)
+    proportional to prior(c) exp(A(s, c) / beta): the closed-form solution of METHODS.md's "returns with entropy and a KL
+    to the demos' prior" (max E_p[A] - beta KL(p || prior)); it cannot lock onto a token the data do not favour.
+    ``pg``: that objective by truncated-importance REINFORCE + entropy + KL (``entropy_coef``, ``prior_kl_coef``,
+    ``max_importance``), the first reconstruction: measured on the crowded pick (bench/results/README.md, ExToken
+    round 4) it went deterministic (entropy 1e-4) after the first update with a signal and never moved again, since
+    p / q -> 0 silences a dropped token (R)."""
+    selector_beta: float = 1.0
+    """AWR's temperature beta on the group advantages (which GRPO normalises to unit scale): weights exp(A / beta),
+    capped at ``max_importance`` ** 2 (R: AWR's beta ~ 1 for normalised advantages)."""
+    selector_memory: int = 4096
+    """Token decisions the selector is fitted on, the newest kept across updates (its replay; 0: the current update's
+    only). Stratified decisions stay valid for the selector as the policy moves slowly (R)."""
     entropy_coef: float = 0.1
     """Weight of the selector's entropy bonus -H(p(. | s)) in its loss (METHODS.md: "with entropy"; the value is R:
     it pulls back a token the selector has dropped, where the p / q-weighted gradient vanishes; at 0.01 early noise
@@ -60,7 +76,8 @@ class ExTokenConfig(GRPOConfig):
     def __post_init__(self) -> None:
         super().__post_init__()
         name = type(self).__name__
-        for field, choices in (("token_unit", TOKEN_UNITS), ("explore", EXPLORE), ("deploy", DEPLOY)):
+        for field, choices in (("token_unit", TOKEN_UNITS), ("explore", EXPLORE), ("deploy", DEPLOY),
+                               ("selector_objective", SELECTOR_OBJECTIVES)):
             if getattr(self, field) not in choices:
                 raise ValueError(f"{name}.{field} must be one of {', '.join(choices)}, got {getattr(self, field)!r}")
         if not isinstance(self.learn_policy, bool):
@@ -68,6 +85,10 @@ class ExTokenConfig(GRPOConfig):
         for field in ("selector_hidden", "selector_epochs"):
             if int(getattr(self, field)) < 1:
                 raise ValueError(f"{name}.{field} must be >= 1, got {getattr(self, field)}")
+        if int(self.selector_memory) < 0:
+            raise ValueError(f"{name}.selector_memory must be >= 0, got {self.selector_memory}")
+        if not float(self.selector_beta) > 0:
+            raise ValueError(f"{name}.selector_beta must be positive, got {self.selector_beta}")
         if not float(self.selector_lr) > 0:
             raise ValueError(f"{name}.selector_lr must be positive, got {self.selector_lr}")
         for field in ("entropy_coef", "prior_kl_coef"):

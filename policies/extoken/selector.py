@@ -105,13 +105,41 @@ def selector_loss(selector: TokenSelector, emb: torch.Tensor, token: torch.Tenso
                   "importance_mean": float(w.mean())}
 
 
+def awr_loss(selector: TokenSelector, emb: torch.Tensor, token: torch.Tensor, adv: torch.Tensor, q: torch.Tensor,
+             prior: torch.Tensor, beta: float, max_weight: float) -> tuple[torch.Tensor, dict[str, float]]:
+    """Advantage-weighted regression of p(c | s) onto the token prior: -mean(w log p(c_i | s_i)) with
+    w = min(exp(adv / beta), max_weight) prior(c_i) / q_i. Its minimiser over p(. | s) is proportional to
+    prior(c) E[exp(A / beta) | s, c], the solution of max_p E_p[A] - beta KL(p || prior). -> (loss, stats)."""
+    n = emb.shape[0]
+    assert token.shape == adv.shape == q.shape == (n,), \
+        f"token / adv / q must be [{n}], got {list(token.shape)} / {list(adv.shape)} / {list(q.shape)}"
+    logp_all = torch.log_softmax(selector(emb), dim=-1)
+    p_all = logp_all.exp()
+    logp = logp_all.gather(1, (token.long() - 1)[:, None])[:, 0]
+    idx = token.long() - 1
+    w = torch.clamp(torch.exp(adv / beta), max=max_weight) * prior[idx] / q.clamp(min=1e-8)
+    loss = -(w * logp).sum() / w.sum().clamp(min=1e-8)
+    entropy = -(p_all * logp_all).sum(-1).mean()
+    kl = (p_all * (logp_all - torch.log(prior.clamp(min=1e-8)))).sum(-1).mean()
+    return loss, {"pg": float(loss.detach()), "entropy": float(entropy.detach()), "prior_kl": float(kl.detach()),
+                  "importance_mean": float(w.mean())}
+
+
 def fit_selector(selector: TokenSelector, optimizer: torch.optim.Optimizer, emb: torch.Tensor, token: torch.Tensor,
                  adv: torch.Tensor, q: torch.Tensor, prior: torch.Tensor, epochs: int, entropy_coef: float,
-                 prior_kl_coef: float, max_importance: float) -> dict[str, float]:
-    """``epochs`` full-batch Adam steps of ``selector_loss``. -> the last step's stats (``loss``, ``pg``, ...)."""
+                 prior_kl_coef: float, max_importance: float, objective: str = "pg",
+                 beta: float = 1.0) -> dict[str, float]:
+    """``epochs`` full-batch Adam steps of ``selector_loss`` (``objective`` pg) or ``awr_loss`` (awr, weights capped
+    at ``max_importance`` ** 2). -> the last step's stats (``loss``, ``pg``, ``entropy``, ...)."""
+    if objective not in ("pg", "awr"):
+        raise ValueError(f"selector objective must be pg or awr, got {objective!r}")
     stats: dict[str, float] = {}
     for _ in range(int(epochs)):
-        loss, stats = selector_loss(selector, emb, token, adv, q, prior, entropy_coef, prior_kl_coef, max_importance)
+        if objective == "awr":
+            loss, stats = awr_loss(selector, emb, token, adv, q, prior, beta, max_importance ** 2)
+        else:
+            loss, stats = selector_loss(selector, emb, token, adv, q, prior, entropy_coef, prior_kl_coef,
+                                        max_importance)
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
         optimizer.step()

@@ -17,6 +17,7 @@ import collections
 import functools
 import io
 import json
+import math
 import zlib
 
 import gymnasium as gym
@@ -134,7 +135,8 @@ def play(agent, episodes: int, kind_of=lambda e: (e // (2 * K)) % 2) -> tuple[li
 
 
 # -- the selector --------------------------------------------------------------------------------------------------
-def _bandit_accuracy(features: str, seed: int = 0, entropy_coef: float = ExTokenConfig.entropy_coef) -> float:
+def _bandit_accuracy(features: str, seed: int = 0, entropy_coef: float = ExTokenConfig.entropy_coef,
+                     objective: str = ExTokenConfig.selector_objective) -> float:
     """A selector trained by ``fit_selector`` on a contextual bandit over K tokens -- two kinds of state, the best
     token 1 in one kind and 2 in the other (it pays 0.9 of the time, the others 0.1) -- with groups of 2K stratified
     draws per scene, as the agent makes them, with the config's default weights. ``features``: ``state`` (the true
@@ -172,7 +174,8 @@ def _bandit_accuracy(features: str, seed: int = 0, entropy_coef: float = ExToken
         elif features == "shuffled":
             emb = emb[torch.randperm(len(emb), generator=g)]
         fit_selector(sel, opt, emb, tok, adv, torch.full((len(tok),), 1.0 / K), prior, epochs=cfg.selector_epochs,
-                     entropy_coef=entropy_coef, prior_kl_coef=cfg.prior_kl_coef, max_importance=cfg.max_importance)
+                     entropy_coef=entropy_coef, prior_kl_coef=cfg.prior_kl_coef, max_importance=cfg.max_importance,
+                     objective=objective, beta=cfg.selector_beta)
     kinds = torch.randint(0, 2, (400,), generator=g)
     test = states(kinds)
     if features == "zero":
@@ -181,12 +184,40 @@ def _bandit_accuracy(features: str, seed: int = 0, entropy_coef: float = ExToken
     return float((sel.choose(test) == want).float().mean())
 
 
-def test_the_selector_learns_which_token_pays_in_which_state_and_fails_without_the_state():
+@pytest.mark.parametrize("objective", ["awr", "pg"])
+def test_the_selector_learns_which_token_pays_in_which_state_and_fails_without_the_state(objective):
     """Acceptance: the selector's choice changes with the state; blind to the state (zeroed or shuffled features),
     the same training cannot beat picking one token for every state."""
-    assert all(_bandit_accuracy("state", seed) >= 0.9 for seed in (0, 3))
+    assert all(_bandit_accuracy("state", seed, objective=objective) >= 0.9 for seed in (0, 3))
     # seed 1: with entropy_coef 0.01 the shuffled features' selector locks into the right split by chance (100%)
-    assert all(_bandit_accuracy(blind, seed) <= 0.6 for blind in ("zero", "shuffled") for seed in (0, 1))
+    assert all(_bandit_accuracy(blind, seed, objective=objective) <= 0.6
+               for blind in ("zero", "shuffled") for seed in (0, 1))
+
+
+def test_awr_regresses_onto_the_prior_times_exp_advantage_and_never_silences_a_token():
+    """awr_loss's weights are min(exp(A / beta), cap) prior(c) / q; fitted on one state where token 1 won and token 2
+    lost, p(. | s) settles near the weighted frequencies (prior 1/2: e / (e + 1/e) = 0.88), not at 1 -- and once
+    token 2 starts winning the fit moves back to it (REINFORCE with p / q weights does not: p(2) ~ 0 silences it)."""
+    from policies.extoken.selector import TokenSelector, awr_loss, fit_selector
+
+    torch.manual_seed(0)
+    sel = TokenSelector(3, 2, hidden=8)
+    emb, tok = torch.ones(4, 3), torch.tensor([1, 1, 2, 2])
+    adv, q, prior = torch.tensor([1.0, 1.0, -1.0, -1.0]), torch.full((4,), 0.5), torch.tensor([0.5, 0.5])
+    loss, st = awr_loss(sel, emb, tok, adv, q, prior, beta=1.0, max_weight=25.0)
+    logp = torch.log_softmax(sel(emb), -1).gather(1, (tok - 1)[:, None])[:, 0]
+    w = torch.exp(adv)  # prior / q = 1
+    assert loss.item() == pytest.approx(-(w * logp).sum().item() / w.sum().item(), rel=1e-5)
+    opt = torch.optim.Adam(sel.parameters(), lr=1e-2)
+    for _ in range(30):
+        fit_selector(sel, opt, emb, tok, adv, q, prior, 20, 0.0, 0.0, 5.0, objective="awr", beta=1.0)
+    p1 = float(sel.probs(emb[:1]).detach()[0, 0])
+    assert p1 == pytest.approx(math.e / (math.e + 1 / math.e), abs=0.02)
+    for _ in range(30):
+        fit_selector(sel, opt, emb, tok, -adv, q, prior, 20, 0.0, 0.0, 5.0, objective="awr", beta=1.0)
+    assert float(sel.probs(emb[:1]).detach()[0, 1]) == pytest.approx(p1, abs=0.02)  # the other way round
+    with pytest.raises(ValueError, match="pg or awr"):
+        fit_selector(sel, opt, emb, tok, adv, q, prior, 1, 0.0, 0.0, 5.0, objective="bandit")
 
 
 def test_selector_loss_weights_by_truncated_importance_and_pulls_to_the_prior():
@@ -383,16 +414,17 @@ def test_config_refuses_bad_fields_and_the_cli_builds_it():
     from vla.commands.rl import _method_config
 
     for bad in (dict(explore="greedy"), dict(token_unit="tick"), dict(deploy="best"), dict(selector_epochs=0),
-                dict(prior=(-1.0, 2.0)), dict(max_importance=0.0)):
+                dict(prior=(-1.0, 2.0)), dict(max_importance=0.0), dict(selector_objective="bandit"),
+                dict(selector_beta=0.0), dict(selector_memory=-1)):
         with pytest.raises(ValueError, match=next(iter(bad))):
             ExTokenConfig(**bad)
     args = build_parser().parse_args(["rl", "--method", "extoken", "--token-unit", "chunk", "--explore", "selector",
                                       "--no-learn-policy", "--deploy", "random", "--prior", "1", "3",
-                                      "--selector-epochs", "7", "--group-size", "4"])
+                                      "--selector-epochs", "7", "--group-size", "4", "--selector-objective", "pg"])
     cfg = _method_config(args, "extoken")
     assert isinstance(cfg, ExTokenConfig)
     assert (cfg.token_unit, cfg.explore, cfg.learn_policy, cfg.deploy, cfg.prior, cfg.selector_epochs,
-            cfg.group_size) == ("chunk", "selector", False, "random", (1.0, 3.0), 7, 4)
+            cfg.group_size, cfg.selector_objective) == ("chunk", "selector", False, "random", (1.0, 3.0), 7, 4, "pg")
 
 
 def test_diversity_metrics():
@@ -499,6 +531,10 @@ def test_vla_rl_method_extoken_runs_from_the_command_line_on_a_compact_vla_and_r
     eps = [json.loads(x) for x in open(tmp_path / "run/episodes.jsonl")]
     assert all(len(e["tokens"]) == -(-e["ticks"] // 4) and set(e["tokens"]) <= {1, 2, 3} for e in eps)  # exec 4
     assert "selector/entropy" in eps[1] and "diversity/chunk_distance" in eps[1]
+    final = json.loads((tmp_path / "run/final_eval.json").read_text())  # the final evaluation, episode by episode
+    assert final["episodes"] == 1 and len(final["per_episode"]) == 1 and "frames" not in final
+    assert final["per_episode"][0]["token"] in (1, 2, 3) and final["per_episode"][0]["token"] == \
+        final["per_episode"][0]["tokens"][0]
     assert load_selector(str(tmp_path / "run/policy")).num_tokens == 3
     assert json.loads((tmp_path / "run/policy/config.json").read_text())["tuned_by"] == "extoken"
 
