@@ -11,7 +11,8 @@ mean" on typos. ``SimFranka.reset(seed, task=name)`` places the scene by the tas
 Scene variants (``Task.variant_of``) are a task under another name with other scenes: same
 instruction and wordings. ``pick_red_cube_yaw45`` turns the red cube 45 degrees from the
 home finger axis and ``pick_red_cube_crowded`` also stands the blue cube 1 cm from it, which must be
-left standing (:class:`TurnedPickTask`): scenes for behaviour modes (``ScriptedExpert(grasp_mode=...)``).
+left standing (:class:`TurnedPickTask`): scenes for behaviour modes (``ScriptedExpert(grasp_mode=...)``);
+``pick_red_cube_near`` stands it 3 cm off, where both turns fit.
 :func:`base_tasks` leaves the variants out.
 
 State. Predicates take ``objects: {name: pose7}`` (position + quaternion wxyz, world frame =
@@ -434,6 +435,9 @@ class TurnedPickTask(PickTask):
     direction succeeds, and which one depends on the scene."""
 
     neighbour: str | None = None
+    gap: float | None = None
+    """Gap between ``cube`` and ``neighbour``, face to face, m (None: the module's ``NEIGHBOUR_GAP``, read at layout
+    time)."""
 
     def success(self, objects, ee_pos, gripper) -> bool:
         return super().success(objects, ee_pos, gripper) and (self.neighbour is None
@@ -452,7 +456,8 @@ class TurnedPickTask(PickTask):
             p[self.cube] = (*p[self.cube][:2], yaw)
             return p
         axis = yaw + math.pi / 2 * int(rng.integers(2))  # one of the cube's two face axes
-        d = (2 * CUBE_HALF + NEIGHBOUR_GAP) * (1.0 if rng.random() < 0.5 else -1.0)  # centre to centre, either side
+        gap = NEIGHBOUR_GAP if self.gap is None else self.gap
+        d = (2 * CUBE_HALF + gap) * (1.0 if rng.random() < 0.5 else -1.0)  # centre to centre, either side
         (x0, x1), (y0, y1) = OBJECT_REGION
         for _ in range(1000):
             x, y = rng.uniform(x0, x1), rng.uniform(y0, y1)
@@ -547,6 +552,9 @@ def _variant(base: Task, cls: type, name: str, **fields) -> Task:
 TASKS.update({t.name: t for t in (
     _variant(TASKS["pick_red_cube"], TurnedPickTask, "pick_red_cube_yaw45"),
     _variant(TASKS["pick_red_cube"], TurnedPickTask, "pick_red_cube_crowded", neighbour="blue_cube"),
+    # the neighbour 3 cm off a face: both turns fit (bench/expert_modes.py, gap 3 cm: 20/20 each, nothing tipped),
+    # so demonstrations in both turns show a token-conditioned VLA a neighbour beside the cube
+    _variant(TASKS["pick_red_cube"], TurnedPickTask, "pick_red_cube_near", neighbour="blue_cube", gap=0.03),
 )})
 
 

@@ -182,3 +182,14 @@ def test_gap_constant_is_read_when_the_scene_is_laid_out(monkeypatch):
     monkeypatch.setattr(sim_tasks, "NEIGHBOUR_GAP", 0.005)
     p = TASKS["pick_red_cube_crowded"].layout(np.random.default_rng(0))
     assert math.dist(p["red_cube"][:2], p["blue_cube"][:2]) == pytest.approx(2 * CUBE_HALF + 0.005)
+
+
+def test_the_near_variant_stands_the_neighbour_3cm_off_whatever_the_module_gap(monkeypatch):
+    """``pick_red_cube_near`` carries its own gap (3 cm, both turns fit): the crowded task's module-wide gap does not
+    move it, and it keeps the crowded task's success (the neighbour must stay standing)."""
+    monkeypatch.setattr(sim_tasks, "NEIGHBOUR_GAP", 0.005)
+    near = TASKS["pick_red_cube_near"]
+    for seed in range(20):
+        p = near.layout(np.random.default_rng(seed))
+        assert math.dist(p["red_cube"][:2], p["blue_cube"][:2]) == pytest.approx(2 * CUBE_HALF + 0.03), seed
+    assert near.variant_of == "pick_red_cube" and near.neighbour == "blue_cube"
