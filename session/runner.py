@@ -589,7 +589,7 @@ def run_session(cfg: RLConfig, env, vla, resume: bool = False, operator: Operato
     from vla.data.writer import atomic_write_json
 
     # every evaluation episode of the final policy (seed, success, ticks and what the agent logs, e.g. its token)
-    atomic_write_json({k: v for k, v in final.items() if k != "frames"}, os.path.join(cfg.out, "final_eval.json"))
+    atomic_write_json(final, os.path.join(cfg.out, "final_eval.json"))  # its frames were popped above
     lines = sess.agent.report(final["per_episode"])
     if lines and progress:
         print("final evaluation:\n" + "\n".join(lines), flush=True)

@@ -84,22 +84,30 @@ def normalized_prior(prior: Any, num_tokens: int) -> torch.Tensor:
     return p / p.sum()
 
 
-def selector_loss(selector: TokenSelector, emb: torch.Tensor, token: torch.Tensor, adv: torch.Tensor,
-                  q: torch.Tensor, prior: torch.Tensor, entropy_coef: float, prior_kl_coef: float,
-                  max_importance: float) -> tuple[torch.Tensor, dict[str, float]]:
-    """The selector's loss over token decisions: ``emb`` [N, D], ``token`` [N] in 1..K, ``adv`` [N] (the episode's
-    group advantage), ``q`` [N] (behaviour probability of the token), ``prior`` [K]. -> (loss, stats)."""
+def _log_probs(selector: TokenSelector, emb: torch.Tensor, token: torch.Tensor, adv: torch.Tensor, q: torch.Tensor,
+               prior: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """What both selector objectives read: log p(c_i | s_i) [N], the mean entropy H(p(. | s)) and the mean
+    KL(p(. | s) || demo prior), with the shapes of ``token`` / ``adv`` / ``q`` checked against ``emb``."""
     n = emb.shape[0]
     assert token.shape == adv.shape == q.shape == (n,), \
         f"token / adv / q must be [{n}], got {list(token.shape)} / {list(adv.shape)} / {list(q.shape)}"
     logp_all = torch.log_softmax(selector(emb), dim=-1)  # [N, K]
     p_all = logp_all.exp()
     logp = logp_all.gather(1, (token.long() - 1)[:, None])[:, 0]  # log p(c_i | s_i)
+    entropy = -(p_all * logp_all).sum(-1).mean()
+    kl = (p_all * (logp_all - torch.log(prior.clamp(min=1e-8)))).sum(-1).mean()
+    return logp, entropy, kl
+
+
+def selector_loss(selector: TokenSelector, emb: torch.Tensor, token: torch.Tensor, adv: torch.Tensor,
+                  q: torch.Tensor, prior: torch.Tensor, entropy_coef: float, prior_kl_coef: float,
+                  max_importance: float) -> tuple[torch.Tensor, dict[str, float]]:
+    """The selector's loss over token decisions: ``emb`` [N, D], ``token`` [N] in 1..K, ``adv`` [N] (the episode's
+    group advantage), ``q`` [N] (behaviour probability of the token), ``prior`` [K]. -> (loss, stats)."""
+    logp, entropy, kl = _log_probs(selector, emb, token, adv, q, prior)
     # truncated importance weight p / q: the decisions were drawn by the behaviour distribution q, not by p
     w = torch.clamp(logp.detach().exp() / q.clamp(min=1e-8), max=max_importance)
     pg = -(w * adv * logp).mean()
-    entropy = -(p_all * logp_all).sum(-1).mean()  # H(p(. | s)), averaged over states
-    kl = (p_all * (logp_all - torch.log(prior.clamp(min=1e-8)))).sum(-1).mean()  # KL(p(. | s) || demo prior)
     loss = pg - entropy_coef * entropy + prior_kl_coef * kl
     return loss, {"pg": float(pg.detach()), "entropy": float(entropy.detach()), "prior_kl": float(kl.detach()),
                   "importance_mean": float(w.mean())}
@@ -110,17 +118,9 @@ def awr_loss(selector: TokenSelector, emb: torch.Tensor, token: torch.Tensor, ad
     """Advantage-weighted regression of p(c | s) onto the token prior: -mean(w log p(c_i | s_i)) with
     w = min(exp(adv / beta), max_weight) prior(c_i) / q_i. Its minimiser over p(. | s) is proportional to
     prior(c) E[exp(A / beta) | s, c], the solution of max_p E_p[A] - beta KL(p || prior). -> (loss, stats)."""
-    n = emb.shape[0]
-    assert token.shape == adv.shape == q.shape == (n,), \
-        f"token / adv / q must be [{n}], got {list(token.shape)} / {list(adv.shape)} / {list(q.shape)}"
-    logp_all = torch.log_softmax(selector(emb), dim=-1)
-    p_all = logp_all.exp()
-    logp = logp_all.gather(1, (token.long() - 1)[:, None])[:, 0]
-    idx = token.long() - 1
-    w = torch.clamp(torch.exp(adv / beta), max=max_weight) * prior[idx] / q.clamp(min=1e-8)
+    logp, entropy, kl = _log_probs(selector, emb, token, adv, q, prior)
+    w = torch.clamp(torch.exp(adv / beta), max=max_weight) * prior[token.long() - 1] / q.clamp(min=1e-8)
     loss = -(w * logp).sum() / w.sum().clamp(min=1e-8)
-    entropy = -(p_all * logp_all).sum(-1).mean()
-    kl = (p_all * (logp_all - torch.log(prior.clamp(min=1e-8)))).sum(-1).mean()
     return loss, {"pg": float(loss.detach()), "entropy": float(entropy.detach()), "prior_kl": float(kl.detach()),
                   "importance_mean": float(w.mean())}
 
