@@ -1,29 +1,41 @@
 #!/usr/bin/env python
-"""The sim-to-rig gap: a DQN trained in pure emulation, evaluated in emulation and through the emulated rig.
+"""The sim-to-rig gap of an agent that plays: trained in emulation, scored in emulation and through
+the emulated rig, with each of the rig's failure sources switched off in turn, and the fixes.
 
-1. Train Nature-DQN (``policies.dqn``) on Pong in ``AleEnv`` (ale-py straight, action repeat 4)
-   for ``--steps`` agent steps into ``--run`` (resumable: ``--resume`` after a kill).
-2. Evaluate it in emulation (``AleEnv``, epsilon 0.05, whole games or ``--max-steps``).
-3. Evaluate it through the emulated rig: host screen, simulated camera, emulated microcontroller
-   and the edge agent as separate processes (``bench/rig.py``'s ``RigProcesses``); the agent sees
-   camera frames rectified with the ArUco homography found at start-up, acts every 2 camera
-   frames (30 fps: 4 game ticks, as in training) and presses keys through the microcontroller.
-   The game runs in real time: an episode of Pong is minutes of wall time, hence ``--rig-max-steps``.
+1. **Agent** (per game and seed): a pixel policy (the Nature CNN, ``policies.dqn``) cloned from a
+   PRIVILEGED RAM teacher (``policies.dqn.teacher``: it reads ball and paddle from the emulator's
+   RAM; labelled as such, never scored) with DAgger rounds, all in pure emulation (``AleEnv``):
+   ``policies.dqn.bc.dagger``.
+2. **Gap**: the agent plays ``--eval-games`` games (epsilon ``--epsilon``, Nature's 5-minute cap of
+   18000 frames) in emulation and through the emulated rig (``hardware.virtual_rig.VirtualRig``: the
+   four-process rig's screen, camera and key path on a simulated clock, its noise the sim-rig
+   camera's and the measured key path of ``bench/results/rig.json``), and through the rig with one
+   failure source off at a time (``rig-no-<source>``: latency, jitter, perspective, blur_noise,
+   lighting) and all of them off (``rig-clean``). A source's share of the gap is what switching it
+   off wins back.
+3. **Fixes**, each started from the emulation agent and scored on the rig the same way:
+   ``dagger-rig``: DAgger rounds on the rig itself (the host's RAM labels the game's present state
+   while the agent sees the camera: fine-tuning on the rig with a teacher, ``--fix-rounds``);
+   ``dr``: DAgger rounds in emulation of the rig with each episode's noise drawn at random (domain
+   randomisation over the same sources: latency x U(0, 2), blur / noise x U(0, 2), tilt x U(0, 1.5),
+   exposure U(0.7, 1.3), flicker x U(0, 3), jitter x U(0, 3)).
 
-Scores are human-normalised, 100 * (score - random) / (human - random), with Pong's constants from
-the DQN literature: random -20.7, human 9.3 (Mnih et al. 2015, "Human-level control through deep
-reinforcement learning", Nature 518, Extended Data Table 2). The rig's noise parameters (the
-camera's perspective, distortion, blur, noise, flicker, jitter, drops, latency) are listed in the
-JSON. A cut episode (``max_steps``) is scored as it stood.
+Scores are human-normalised, 100 * (score - random) / (human - random), with the constants of
+Mnih et al. 2015 (Nature 518, Extended Data Table 2): Pong random -20.7, human 9.3; Breakout
+random 1.7, human 31.8. The rig on a simulated clock was checked against the real-time rig by
+``tests/hardware/test_virtual_rig.py`` (same camera renderer and calibration path).
 
-Writes ``bench/results/rig_gap.json`` and ``rig_gap.png``. The real run (about an hour here):
+Every trained agent and every scored condition is kept in ``--work`` (default runs/rig_gap) and
+reused: a killed run continues where it stopped, and adding ``--seeds`` or ``--conditions`` runs only
+what is new. Writes ``bench/results/rig_gap.json`` and ``rig_gap.png``. The full study:
 
-    .venv/bin/python bench/rig_gap.py --steps 150000 --run runs/rig_gap_dqn [--resume]
+    .venv/bin/python bench/rig_gap.py --games pong breakout --seeds 0 1 2 --eval-games 10 --jobs 2
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import datetime as _dt
 import json
 import os
@@ -38,19 +50,195 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 import numpy as np  # noqa: E402
-import torch  # noqa: E402
 
-from bench.rig import RigProcesses, free_base_port, rig_site  # noqa: E402
-from policies.dqn.config import DQNConfig  # noqa: E402
-from policies.dqn.dqn import DQN, evaluate, train  # noqa: E402
-from policies.dqn.preprocess import AleEnv  # noqa: E402
-
-# Pong, Mnih et al. 2015 (Nature), Extended Data Table 2: random play and the professional human tester
-PONG_RANDOM, PONG_HUMAN = -20.7, 9.3
+# Mnih et al. 2015 (Nature), Extended Data Table 2: random play and the professional human tester
+CONSTANTS = {"pong": {"random": -20.7, "human": 9.3}, "breakout": {"random": 1.7, "human": 31.8}}
+SOURCES = ("latency", "jitter", "perspective", "blur_noise", "lighting")
+CONDITIONS = ("emulation", "rig", *(f"rig-no-{s}" for s in SOURCES), "rig-clean")
+FIXES = ("dagger-rig", "dr")
 
 
-def human_normalised(score: float) -> float:
-    return 100.0 * (score - PONG_RANDOM) / (PONG_HUMAN - PONG_RANDOM)
+def human_normalised(game: str, score: float) -> float:
+    c = CONSTANTS[game]
+    return 100.0 * (score - c["random"]) / (c["human"] - c["random"])
+
+
+def _noise(condition: str):
+    from hardware.virtual_rig import RigNoise
+
+    if condition == "rig":
+        return RigNoise()
+    if condition == "rig-clean":
+        return RigNoise.off()
+    if condition.startswith("rig-no-"):
+        return RigNoise().without(condition[len("rig-no-"):])
+    raise ValueError(f"unknown condition {condition!r}: there are {', '.join(CONDITIONS)}")
+
+
+def make_env(game: str, condition: str, seed: int, max_steps: int):
+    from policies.dqn.preprocess import AleEnv
+
+    if condition == "emulation":
+        return AleEnv(game, seed=seed, max_episode_steps=max_steps)
+    from hardware.virtual_rig import VirtualRig
+
+    return VirtualRig(game, _noise(condition), seed=seed, max_episode_steps=max_steps)
+
+
+class RandomisedRig:
+    """Domain randomisation: a ``VirtualRig`` whose noise is drawn afresh at every reset (the
+    ranges in the module docstring); the env a DAgger round collects in."""
+
+    def __init__(self, game: str, seed: int, max_steps: int) -> None:
+        self.game, self.max_steps = game, max_steps
+        self.rng = np.random.default_rng(seed)
+        self.env = None
+        self._draw()
+
+    def _draw(self) -> None:
+        from hardware.virtual_rig import RigNoise, VirtualRig
+
+        u = self.rng.uniform
+        base = RigNoise()
+        noise = dataclasses.replace(
+            base, latency_ms=base.latency_ms * u(0, 2), key_ms_median=base.key_ms_median * u(0.5, 2),
+            blur_sigma=base.blur_sigma * u(0, 2), noise_std=base.noise_std * u(0, 2),
+            yaw_deg=base.yaw_deg * u(0, 1.5), pitch_deg=base.pitch_deg * u(0, 1.5), roll_deg=base.roll_deg * u(0, 1.5),
+            exposure=u(0.7, 1.3), flicker=base.flicker * u(0, 3), jitter_ms=base.jitter_ms * u(0, 3))
+        noise = dataclasses.replace(noise, key_ms_p99=max(noise.key_ms_p99, noise.key_ms_median))
+        self.env = VirtualRig(self.game, noise, seed=int(self.rng.integers(2**31)), max_episode_steps=self.max_steps)
+        self.action_space, self.action_names = self.env.action_space, self.env.action_names
+
+    @property
+    def ale(self):
+        return self.env.ale
+
+    def reset(self, seed=None):
+        self._draw()
+        return self.env.reset(seed=seed)
+
+    def step(self, a):
+        return self.env.step(a)
+
+
+# ------------------------------------------------------------------------------------------------
+# the work directory: one agent per (game, seed, how), one score file per (agent, condition)
+# ------------------------------------------------------------------------------------------------
+def _write_json(obj, path: str) -> None:
+    with open(path + ".tmp", "w") as f:
+        json.dump(obj, f, indent=1)
+    os.replace(path + ".tmp", path)
+
+
+def train_agent(job: dict) -> dict:
+    """Train (or find) one agent: ``how`` = emulation | dagger-rig | dr."""
+    import torch
+
+    from policies.dqn.bc import BCConfig, dagger
+    from policies.dqn.dqn import DQN
+    from policies.dqn.teacher import make_teacher
+
+    torch.set_num_threads(job["threads"])
+    game, seed, how, run = job["game"], job["seed"], job["how"], job["run"]
+    done = os.path.join(run, "done.json")
+    if os.path.isfile(done):
+        with open(done) as f:
+            return json.load(f)
+    t0 = time.time()
+    b = job["bc"]
+    if how == "emulation":
+        cfg = BCConfig(rounds=b["rounds"], round0_steps=b["round0_steps"], round_steps=b["round_steps"],
+                       train_steps=b["train_steps"], batch_size=b["batch_size"], learning_rate=b["lr"], seed=seed)
+        agent, rounds = dagger(lambda s: make_env(game, "emulation", s, b["episode_steps"]),
+                               lambda: make_teacher(game), cfg, out=run, progress=False, log=lambda m: None)
+    else:
+        start = DQN.from_checkpoint(job["from"])
+        cfg = BCConfig(rounds=b["fix_rounds"], round_steps=b["round_steps"], train_steps=b["train_steps"],
+                       batch_size=b["batch_size"], learning_rate=b["fix_lr"], seed=seed + 100)
+        if how == "dagger-rig":
+            env_fn = lambda s: make_env(game, "rig", s, b["episode_steps"])  # noqa: E731
+        else:
+            env_fn = lambda s: RandomisedRig(game, s, b["episode_steps"])  # noqa: E731
+        agent, rounds = dagger(env_fn, lambda: make_teacher(game), cfg, out=run, agent=start, progress=False,
+                               log=lambda m: None)
+    out = {"game": game, "seed": seed, "how": how, "wall_s": round(time.time() - t0, 1), "rounds": rounds}
+    _write_json(out, done)
+    return out
+
+
+def score_agent(job: dict) -> dict:
+    import torch
+
+    from policies.dqn.dqn import DQN, evaluate
+
+    torch.set_num_threads(1)  # one picture at a time
+    path = job["path"]
+    if os.path.isfile(path):
+        with open(path) as f:
+            return json.load(f)
+    t0 = time.time()
+    agent = DQN.from_checkpoint(job["run"])
+    env = make_env(job["game"], job["condition"], 10_000 + job["seed"], job["max_steps"])
+    ev = evaluate(agent, env, job["games"], epsilon=job["epsilon"], seed=20_000 + job["seed"])
+    out = {k: job[k] for k in ("game", "seed", "agent", "condition")}
+    out.update(scores=ev["scores"], lengths=ev["lengths"], mean=ev["mean"],
+               human_normalised=human_normalised(job["game"], ev["mean"]), wall_s=round(time.time() - t0, 1))
+    _write_json(out, path)
+    return out
+
+
+def _pool_map(fn, jobs: list, n: int, desc: str, progress: bool):
+    from tqdm.auto import tqdm
+
+    if not jobs:
+        return []
+    if n <= 1:
+        return [fn(j) for j in tqdm(jobs, desc=desc, disable=not progress)]
+    import multiprocessing as mp
+
+    with mp.get_context("spawn").Pool(n) as pool:
+        return list(tqdm(pool.imap(fn, jobs), total=len(jobs), desc=desc, disable=not progress))
+
+
+# ------------------------------------------------------------------------------------------------
+# summary and plot
+# ------------------------------------------------------------------------------------------------
+def summarise(games, scores: list[dict]) -> dict:
+    out = {}
+    for g in games:
+        rows = [s for s in scores if s["game"] == g]
+        by = {}
+        for s in rows:
+            by.setdefault((s["agent"], s["condition"]), []).append(s)
+        table = {}
+        for (agent, cond), ss in sorted(by.items()):
+            all_scores = [x for s in ss for x in s["scores"]]
+            per_seed = [human_normalised(g, float(np.mean(s["scores"]))) for s in ss]
+            table[f"{agent}@{cond}"] = {
+                "agent": agent, "condition": cond, "seeds": [s["seed"] for s in ss], "games": len(all_scores),
+                "mean_score": float(np.mean(all_scores)),
+                "human_normalised": human_normalised(g, float(np.mean(all_scores))),
+                "hn_per_seed": per_seed, "hn_seed_std": float(np.std(per_seed)) if len(per_seed) > 1 else None}
+        emu, rig = table.get("emulation@emulation"), table.get("emulation@rig")
+        g_out = {"table": table}
+        if emu and rig:
+            gap = emu["human_normalised"] - rig["human_normalised"]
+            g_out["gap_points"] = gap
+            e = emu["human_normalised"]
+            g_out["loss_percent_of_emulation"] = 100 * gap / e if e else None
+            g_out["recovered_by_switching_off"] = {
+                c: (table[f"emulation@{c}"]["human_normalised"] - rig["human_normalised"]) for c in CONDITIONS
+                if c.startswith("rig-") and f"emulation@{c}" in table}
+            g_out["fixes"] = {}
+            for fx in FIXES:
+                t = table.get(f"{fx}@rig")
+                if t is not None:
+                    rec = t["human_normalised"] - rig["human_normalised"]
+                    g_out["fixes"][fx] = {"rig_hn": t["human_normalised"], "recovered_points": rec,
+                                          "recovered_share_of_gap": rec / gap if gap > 0 else None,
+                                          "emulation_hn": (table.get(f"{fx}@emulation") or {}).get("human_normalised")}
+        out[g] = g_out
+    return out
 
 
 def plot(res: dict, path: pathlib.Path) -> None:
@@ -59,113 +247,138 @@ def plot(res: dict, path: pathlib.Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, ax = plt.subplots(1, 2, figsize=(10, 3.8))
-    ep = res["training"]["episodes_log"]
-    if ep:
-        ax[0].plot([e["step"] for e in ep], [e["score"] for e in ep], ".", alpha=0.5)
-    ax[0].set_xlabel("agent steps")
-    ax[0].set_ylabel("training episode score")
-    ax[0].set_title(f"DQN on Pong in emulation ({res['training']['steps']} steps)")
-    names = ["emulation", "emulated rig"]
-    vals = [res["emulation"]["human_normalised"], res["rig"]["human_normalised"]]
-    ax[1].bar(names, vals, color=["tab:blue", "tab:red"])
-    ax[1].axhline(100, color="k", ls="--", lw=1, label="human")
-    ax[1].axhline(0, color="gray", lw=1, label="random")
-    for i, v in enumerate(vals):
-        ax[1].text(i, v, f"{v:.1f}%", ha="center", va="bottom")
-    ax[1].set_ylabel("human-normalised score (%)")
-    ax[1].legend()
+    games = list(res["games"])
+    fig, axes = plt.subplots(1, len(games), figsize=(6.5 * len(games), 4.2), squeeze=False)
+    for ax, g in zip(axes[0], games):
+        t = res["games"][g]["table"]
+        names, vals, errs, cols = [], [], [], []
+        colour = {"emulation": "tab:blue", "rig": "tab:red"}
+        for key, col in ([(f"emulation@{c}", colour.get(c, "tab:orange")) for c in CONDITIONS]
+                         + [(f"{fx}@rig", "tab:green") for fx in FIXES]):
+            if key in t:
+                names.append(key.replace("emulation@", "").replace("@rig", " (fix) on rig"))
+                vals.append(t[key]["human_normalised"])
+                errs.append(t[key]["hn_seed_std"] or 0.0)
+                cols.append(col)
+        ax.bar(range(len(vals)), vals, yerr=errs, color=cols, capsize=3)
+        for i, v in enumerate(vals):
+            ax.text(i, v, f"{v:.0f}", ha="center", va="bottom", fontsize=8)
+        ax.set_xticks(range(len(vals)), names, rotation=40, ha="right", fontsize=8)
+        ax.axhline(100, color="k", ls="--", lw=1)
+        ax.axhline(50, color="gray", ls=":", lw=1)
+        ax.axhline(0, color="gray", lw=1)
+        ax.set_ylabel("human-normalised score (%)")
+        ax.set_title(f"{g}: BC+DAgger agent, emulation vs emulated rig")
     fig.tight_layout()
-    fig.savefig(str(path) + ".tmp.png", dpi=110)
+    fig.savefig(str(path) + ".tmp.png", dpi=90)
     plt.close(fig)
+    try:
+        from PIL import Image
+
+        Image.open(str(path) + ".tmp.png").convert("RGB").quantize(64).save(str(path) + ".tmp.png")
+    except ImportError:
+        pass
     os.replace(str(path) + ".tmp.png", path)
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--quick", action="store_true", help="a tiny budget, seconds (the test)")
-    ap.add_argument("--steps", type=int, default=150_000, help="training budget in agent steps (about an hour here)")
-    ap.add_argument("--run", default=None, help="the DQN run directory (default: runs/rig_gap_dqn; quick: a temp dir)")
-    ap.add_argument("--resume", action="store_true", help="continue the run in --run from its last checkpoint")
-    ap.add_argument("--eval-episodes", type=int, default=None, help="games in each evaluation (default 5; quick 1)")
-    ap.add_argument("--max-steps", type=int, default=None, help="cut an emulation episode here (default: whole games)")
-    ap.add_argument("--rig-max-steps", type=int, default=None,
-                    help="cut a rig episode here (15 steps/s of real time; default 1800 = 2 min; quick 30)")
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                 formatter_class=argparse.RawDescriptionHelpFormatter,
+                                 epilog=__doc__.split("\n\n", 1)[1])
+    ap.add_argument("--quick", action="store_true", help="a tiny budget, about a minute (the test)")
+    ap.add_argument("--games", nargs="+", default=["pong", "breakout"], choices=sorted(CONSTANTS))
+    ap.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2], help="agent seeds (default 0 1 2)")
+    ap.add_argument("--conditions", nargs="+", default=list(CONDITIONS), choices=CONDITIONS)
+    ap.add_argument("--fixes", nargs="*", default=list(FIXES), choices=FIXES)
+    ap.add_argument("--eval-games", type=int, default=10, help="games per agent and condition (default 10)")
+    ap.add_argument("--max-steps", type=int, default=4500,
+                    help="cut a game at this many decisions (default 4500 = 18000 frames, Nature's 5 minutes)")
+    ap.add_argument("--epsilon", type=float, default=0.05, help="evaluation epsilon (default 0.05, as Nature)")
+    ap.add_argument("--rounds", type=int, default=3, help="DAgger rounds in emulation after the teacher's (default 3)")
+    ap.add_argument("--round0-steps", type=int, default=15_000, help="teacher decisions in round 0 (default 15000)")
+    ap.add_argument("--round-steps", type=int, default=5000, help="student decisions per DAgger round (default 5000)")
+    ap.add_argument("--train-steps", type=int, default=3000, help="gradient steps after each round (default 3000)")
+    ap.add_argument("--batch-size", type=int, default=32)
+    ap.add_argument("--lr", type=float, default=2.5e-4, help="learning rate of the emulation agent's rounds")
+    ap.add_argument("--fix-rounds", type=int, default=2, help="DAgger rounds of each fix (default 2)")
+    ap.add_argument("--fix-lr", type=float, default=2.5e-4, help="learning rate of the fixes' rounds")
+    ap.add_argument("--jobs", type=int, default=1, help="processes (one thread each; default 1)")
+    ap.add_argument("--work", default=None, help="agents and scores (default runs/rig_gap; quick: a temp dir)")
     ap.add_argument("--out", type=pathlib.Path, default=ROOT / "bench" / "results")
+    ap.add_argument("--name", default="rig_gap", help="result file name: OUT/NAME.json and .png (default rig_gap)")
     args = ap.parse_args(argv)
-    torch.set_num_threads(1)
-    args.out.mkdir(parents=True, exist_ok=True)
-    t0 = time.time()
+    if args.eval_games < 1 or args.max_steps < 1 or args.jobs < 1:
+        ap.error("--eval-games, --max-steps and --jobs must be >= 1")
     tmp = tempfile.TemporaryDirectory(prefix="rig-gap-")
     if args.quick:
-        cfg = DQNConfig(total_steps=min(args.steps, 200), learning_starts=100, buffer_size=1000, batch_size=8,
-                        train_every=4, target_update_every=50, checkpoint_every=1000)
-        run = args.run or os.path.join(tmp.name, "dqn")
-        episodes, max_steps, rig_max = args.eval_episodes or 1, args.max_steps or 60, args.rig_max_steps or 30
+        bc = dict(rounds=1, round0_steps=300, round_steps=150, train_steps=20, batch_size=16, lr=args.lr,
+                  episode_steps=200, fix_rounds=1, fix_lr=args.fix_lr)
+        args.seeds, args.eval_games, args.max_steps = args.seeds[:1], 1, 60
+        work = args.work or tmp.name
     else:
-        cfg = DQNConfig(total_steps=args.steps, learning_starts=min(10_000, args.steps // 5 + 32),
-                        checkpoint_every=25_000)
-        run = args.run or str(ROOT / "runs" / "rig_gap_dqn")
-        episodes, max_steps, rig_max = args.eval_episodes or 5, args.max_steps, args.rig_max_steps or 1800
+        bc = dict(rounds=args.rounds, round0_steps=args.round0_steps, round_steps=args.round_steps,
+                  train_steps=args.train_steps, batch_size=args.batch_size, lr=args.lr, episode_steps=args.max_steps,
+                  fix_rounds=args.fix_rounds, fix_lr=args.fix_lr)
+        work = args.work or str(ROOT / "runs" / "rig_gap")
+    threads = 1 if args.jobs > 1 else 2  # training; acting and scoring always run on one thread
+    progress = not args.quick
+    t0 = time.time()
 
-    # 1. train in pure emulation
-    def make_env(c: DQNConfig) -> AleEnv:
-        return AleEnv(c.game, c.frame_skip, c.noop_max, c.max_episode_steps, seed=c.seed)
+    import hashlib
 
-    summary = train(cfg, make_env, run, resume=args.resume, progress=not args.quick)
-    agent = DQN.from_checkpoint(run)
-    ep_path = os.path.join(run, "episodes.jsonl")  # absent when no game ended within the budget
-    ep_log = [json.loads(ln) for ln in open(ep_path) if ln.strip()] if os.path.isfile(ep_path) else []
+    tag = hashlib.sha1(json.dumps(bc, sort_keys=True).encode()).hexdigest()[:8]  # another budget, another agent
 
-    # 2. evaluate in emulation (whole games, no life-loss terminals)
-    emu = evaluate(agent, make_env(cfg), episodes, epsilon=cfg.eval_epsilon, seed=10_000, max_steps=max_steps)
-    emu["human_normalised"] = human_normalised(emu["mean"])
+    def run_dir(g, s, how):
+        return os.path.join(work, g, f"seed{s}", f"{how}-{tag}")
 
-    # 3. evaluate through the emulated rig, every part its own process
-    site = rig_site(tmp.name, free_base_port())
-    stats = os.path.join(tmp.name, "rig_agent.json")
-    rig_budget_s = episodes * rig_max / 15.0 + 60
-    with RigProcesses(site, tmp.name, duration=rig_budget_s + 60) as rig:
-        time.sleep(1.0)
-        r = rig.agent(["--policy", "dqn", "--checkpoint", run, "--epsilon", str(cfg.eval_epsilon), "--episodes",
-                       str(episodes), "--max-steps", str(rig_max), "--seed", "10000", "--stats", stats],
-                      timeout=rig_budget_s + 60)
-        if r.returncode != 0:
-            print(r.stdout[-2000:], r.stderr[-4000:], rig.logs(), sep="\n", file=sys.stderr)
-            return 1
-    with open(stats) as f:
-        rig_res = json.load(f)
-    rig_scores = rig_res["scores"]
-    cam = rig_res["camera"]
+    base = [dict(game=g, seed=s, how="emulation", run=run_dir(g, s, "emulation"), bc=bc, threads=threads)
+            for g in args.games for s in args.seeds]
+    trained = _pool_map(train_agent, base, args.jobs, "emulation agents", progress)
+    fixes = [dict(game=g, seed=s, how=fx, run=run_dir(g, s, fx), bc=bc, threads=threads,
+                  **{"from": run_dir(g, s, "emulation")}) for g in args.games for s in args.seeds for fx in args.fixes]
+    trained += _pool_map(train_agent, fixes, args.jobs, "fixes", progress)
+
+    jobs = []
+    for g in args.games:
+        for s in args.seeds:
+            for agent in ("emulation", *args.fixes):
+                conds = args.conditions if agent == "emulation" else [c for c in ("rig", "emulation")]
+                for c in conds:
+                    name = f"{c}-g{args.eval_games}-m{args.max_steps}-e{args.epsilon}.json"
+                    jobs.append(dict(game=g, seed=s, agent=agent, condition=c, run=run_dir(g, s, agent),
+                                     games=args.eval_games, max_steps=args.max_steps, epsilon=args.epsilon,
+                                     threads=threads, path=os.path.join(run_dir(g, s, agent), "scores", name)))
+    for j in jobs:
+        os.makedirs(os.path.dirname(j["path"]), exist_ok=True)
+    scores = _pool_map(score_agent, jobs, args.jobs, "scoring", progress)
+
+    from hardware.virtual_rig import RigNoise
+
     res = {
         "bench": "rig_gap", "mode": "quick" if args.quick else "full",
         "date": _dt.datetime.now().isoformat(timespec="seconds"), "host": platform.node(),
-        "python": platform.python_version(), "torch": torch.__version__, "threads": 1,
-        "constants": {"pong_random": PONG_RANDOM, "pong_human": PONG_HUMAN,
-                      "source": "Mnih et al. 2015, Nature 518, Extended Data Table 2"},
-        "training": {"steps": summary["steps"], "episodes": summary["episodes"], "updates": summary["updates"],
-                     "sps": summary["sps"], "wall_s": summary["wall_s"], "run": run, "config": cfg.to_dict(),
-                     "episodes_log": [{"step": e["step"], "score": e["score"]} for e in ep_log]},
-        "emulation": {**emu, "max_steps": max_steps},
-        "rig": {"scores": rig_scores, "mean": float(np.mean(rig_scores)), "episodes": len(rig_scores),
-                "human_normalised": human_normalised(float(np.mean(rig_scores))), "max_steps": rig_max,
-                "latency_and_frames": rig_res["rig"]},
-        "rig_noise": {k: cam.get(k) for k in ("width", "height", "fps", "yaw_deg", "pitch_deg", "roll_deg", "hfov_deg",
-                                              "fill", "dist_true", "blur_sigma", "noise_std", "exposure", "flicker",
-                                              "flicker_hz", "jitter_ms", "drop_prob", "latency_ms")},
-        "note": "episodes cut at max_steps are scored as they stood; with a cut, the random / human constants "
-                "(whole games) flatter neither side equally -- compare emulation and rig at equal cuts",
+        "python": platform.python_version(), "jobs": args.jobs, "threads_per_job": threads,
+        "constants": {**CONSTANTS, "source": "Mnih et al. 2015, Nature 518, Extended Data Table 2"},
+        "teacher": "PRIVILEGED: RAM tracker (policies.dqn.teacher); labels only, never scored",
+        "seeds": args.seeds, "eval_games": args.eval_games, "max_steps": args.max_steps, "epsilon": args.epsilon,
+        "bc": bc, "budget_tag": tag, "rig_noise": dataclasses.asdict(RigNoise()),
+        "training": [{k: t[k] for k in ("game", "seed", "how", "wall_s")} | {
+            "rounds": [{k: r[k] for k in ("round", "player", "samples", "mean_score", "student_agrees", "loss",
+                                          "accuracy")} for r in t["rounds"]]} for t in trained],
+        "games": summarise(args.games, scores),
+        "scores": scores,
     }
-    res["gap_points"] = res["emulation"]["human_normalised"] - res["rig"]["human_normalised"]
-    res["wall_s"] = round(time.time() - t0, 1)
-    with open(args.out / "rig_gap.json.tmp", "w") as f:
-        json.dump(res, f, indent=2)
-    os.replace(args.out / "rig_gap.json.tmp", args.out / "rig_gap.json")
-    plot(res, args.out / "rig_gap.png")
+    res["wall_s"] = round(time.time() - t0, 1)  # this call; agents and scores found in --work cost nothing here
+    res["compute_s"] = round(sum(t["wall_s"] for t in trained) + sum(s["wall_s"] for s in scores), 1)
+    args.out.mkdir(parents=True, exist_ok=True)
+    _write_json(res, str(args.out / f"{args.name}.json"))
+    plot(res, args.out / f"{args.name}.png")
     tmp.cleanup()
-    print(f"emulation {emu['mean']:.1f} ({res['emulation']['human_normalised']:.1f}% human), rig "
-          f"{res['rig']['mean']:.1f} ({res['rig']['human_normalised']:.1f}% human); wrote {args.out / 'rig_gap.json'} "
-          f"in {res['wall_s']:.1f} s")
+    for g, r in res["games"].items():
+        t = r["table"]
+        line = ", ".join(f"{k.replace('emulation@', '')} {v['human_normalised']:.0f}%" for k, v in t.items())
+        print(f"{g}: {line}")
+    print(f"wrote {args.out / (args.name + '.json')} in {res['wall_s']:.0f} s")
     return 0
 
 

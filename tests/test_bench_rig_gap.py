@@ -1,5 +1,6 @@
-"""bench/rig_gap.py --quick: a tiny DQN budget in emulation, evaluated in emulation and through the
-emulated rig (separate processes); human-normalised scores and the rig's noise parameters written."""
+"""bench/rig_gap.py --quick: a tiny BC + DAgger agent in emulation, scored in emulation, through the
+rig on a simulated clock and with a failure source off, one fix; human-normalised with Nature's
+constants; a second call reuses every agent and score in --work."""
 
 import json
 import os
@@ -10,19 +11,39 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def test_bench_rig_gap_quick(tmp_path):
+def _run(tmp_path, work):
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    r = subprocess.run([sys.executable, str(ROOT / "bench" / "rig_gap.py"), "--quick", "--out", str(tmp_path)],
-                       cwd=ROOT, capture_output=True, text=True, timeout=150, env=env)
+    return subprocess.run([sys.executable, str(ROOT / "bench" / "rig_gap.py"), "--quick", "--games", "breakout",
+                           "--conditions", "emulation", "rig", "rig-no-latency", "--fixes", "dagger-rig",
+                           "--work", str(work), "--out", str(tmp_path)],
+                          cwd=ROOT, capture_output=True, text=True, timeout=240, env=env)
+
+
+def test_bench_rig_gap_quick(tmp_path):
+    work = tmp_path / "work"
+    r = _run(tmp_path, work)
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-4000:]
     res = json.load(open(tmp_path / "rig_gap.json"))
-    assert res["mode"] == "quick" and res["training"]["steps"] == 200 and res["training"]["updates"] > 0
-    assert res["constants"] == {"pong_random": -20.7, "pong_human": 9.3,
-                                "source": "Mnih et al. 2015, Nature 518, Extended Data Table 2"}
-    for side in ("emulation", "rig"):
-        s = res[side]
-        assert s["episodes"] == 1
-        assert abs(s["human_normalised"] - 100 * (s["mean"] + 20.7) / 30.0) < 1e-9
-    assert res["rig"]["latency_and_frames"]["steps"] >= 30
-    assert res["rig_noise"]["latency_ms"] == 50.0 and res["rig_noise"]["noise_std"] > 0
-    assert (tmp_path / "rig_gap.png").stat().st_size > 10_000
+    assert res["mode"] == "quick"
+    assert res["constants"]["breakout"] == {"random": 1.7, "human": 31.8}
+    assert "PRIVILEGED" in res["teacher"]
+    g = res["games"]["breakout"]
+    t = g["table"]
+    assert set(t) == {"emulation@emulation", "emulation@rig", "emulation@rig-no-latency", "dagger-rig@rig",
+                      "dagger-rig@emulation"}
+    for row in t.values():
+        assert row["games"] == 1
+        assert abs(row["human_normalised"] - 100 * (row["mean_score"] - 1.7) / 30.1) < 1e-9
+    assert abs(g["gap_points"] - (t["emulation@emulation"]["human_normalised"]
+                                  - t["emulation@rig"]["human_normalised"])) < 1e-9
+    assert set(g["recovered_by_switching_off"]) == {"rig-no-latency"}
+    assert "dagger-rig" in g["fixes"]
+    assert [x["how"] for x in res["training"]] == ["emulation", "dagger-rig"]
+    assert res["training"][1]["rounds"][0]["player"] == "student"  # the fix starts from the emulation agent
+    assert res["rig_noise"]["latency_ms"] == 50.0
+    assert (tmp_path / "rig_gap.png").stat().st_size > 5_000
+    # a second call finds every agent and score in --work
+    before = {p: p.stat().st_mtime_ns for p in work.rglob("*.json")}
+    r = _run(tmp_path, work)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert {p: p.stat().st_mtime_ns for p in work.rglob("*.json")} == before
