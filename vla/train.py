@@ -17,6 +17,14 @@ The loop (CleanRL-style: one file, top to bottom):
    optimiser, scheduler, EMA, step, RNG states), ``loss.csv``, TensorBoard scalars and
    ``loss_curve.png``. ``--resume RUN_DIR`` continues from the last checkpoint exactly.
 
+Several processes (``accelerate launch --multi_gpu --num_processes N -m vla.cli train ...``, or
+``torchrun``; ``vla.distributed``): ``--batch-size`` stays the *global* batch. Every process draws
+the whole global batch and all its randomness from the same seeded generators (``draw_batch``) and
+trains on its own ``1 / N`` of the rows; DDP averages the gradients, so each update is the one a
+single process would make, up to the order of float sums. The generators advance the same whatever
+N is, so a run resumes on any number of processes. The main process alone writes the run directory
+and shows the progress bar.
+
 Run directory::
 
     RUN_DIR/train_config.json   the TrainConfig
@@ -68,12 +76,13 @@ class TrainData:
     """[N] ExToken behaviour token (1..K) of every frame, aligned with ``state``; None without ``--tokens``."""
 
 
-def build_data(cfg: TrainConfig, text_encoder, prior=None) -> tuple[TrainData, dict[str, np.ndarray], list[str]]:
+def build_data(cfg: TrainConfig, text_encoder, prior=None, progress: bool = True
+               ) -> tuple[TrainData, dict[str, np.ndarray], list[str]]:
     """``prior``: an ExToken ``TokenPrior`` (``--tokens``) that gives every frame its behaviour token."""
     from vla.data.demos import action_chunks, load_demos
 
     eps = load_demos(list(cfg.datasets), cfg.image_size, list(cfg.cameras) if cfg.cameras else None,
-                     success_only=cfg.success_only, crops={c[0]: tuple(c[1:]) for c in cfg.crops})
+                     success_only=cfg.success_only, crops={c[0]: tuple(c[1:]) for c in cfg.crops}, progress=progress)
     if not eps:
         raise ValueError(f"the datasets {list(cfg.datasets)} hold no "
                          f"{'successful ' if cfg.success_only else ''}episodes")
@@ -195,10 +204,65 @@ def augment(images: torch.Tensor, cfg: TrainConfig, gen: torch.Generator) -> tor
     return color_jitter(random_shift(images, cfg.shift_pad, gen), cfg.jitter, gen)
 
 
+def draw_batch(data: TrainData, cfg: TrainConfig, draw, gen: torch.Generator, state_std: torch.Tensor,
+               part: slice = slice(None)) -> dict[str, Any]:
+    """One step's training batch (CPU tensors), the rows ``part`` of it. The global batch of ``cfg.batch_size``
+    rows and all its randomness -- state noise, wordings, cached views or image augmentations, dropped tokens,
+    the flow-matching noise and times -- are drawn in full, from ``gen`` and the global torch generator, in
+    every process alike; then ``part`` keeps this process's rows (``Processes.part``). So the parts of a step
+    are, together, exactly the batch one process trains on, and the generators advance the same whatever the
+    number of processes (a run resumes on any number). The draws come in the order they always did: one
+    process trains as it did before multi-process training existed."""
+    from vla.models.flow import sample_flow_time
+
+    rows = draw()
+    idx = rows if data.frame_of is None else data.frame_of[rows]
+    state = data.state[idx]
+    state = state + cfg.state_noise * state_std * torch.randn(state.shape, generator=gen)
+    text = data.text_emb[sample_text_rows(data, rows, gen)]
+    mine = idx[part]
+    batch: dict[str, Any] = {"state": state[part], "action": data.chunks[mine], "text": text[part]}
+    if data.fmaps is not None:
+        view = torch.randint(0, 1 + cfg.aug_views, (cfg.batch_size,), generator=gen)
+        batch["fmaps"] = {k: f[view[part], mine].float() for k, f in data.fmaps.items()}
+    else:  # augmented whole (the draws go image by image), then cut: cheap next to the trunk that runs on the part
+        batch["images"] = {c: augment(imgs[idx], cfg, gen)[part] for c, imgs in data.images.items()}
+    if data.tokens is not None:
+        # each sample's behaviour token; token_dropout of them get the null token 0 instead
+        # (classifier-free-guidance style), so the VLA keeps acting without one
+        drop = torch.rand(len(idx), generator=gen) < cfg.token_dropout
+        batch["token"] = data.tokens[idx].masked_fill(drop, 0)[part]
+    # flow-matching noise and time from the global torch generator: seeded alike and drawn only here in every process
+    batch["noise"] = torch.randn(len(idx), *data.chunks.shape[1:])[part]
+    batch["t"] = sample_flow_time(len(idx))[part]
+    return batch
+
+
+class TrainStep(torch.nn.Module):
+    """A training step's forward pass as one module call: the trunk's features when the batch brings images
+    (lora / full), then the flow-matching loss. DDP averages the gradients of what runs inside the forward
+    of the module it wraps, so both must run here, not as separate calls on the VLA."""
+
+    def __init__(self, vla) -> None:
+        super().__init__()
+        self.vla = vla
+
+    def forward(self, batch: dict[str, Any]) -> torch.Tensor:
+        if "images" in batch:
+            fmaps = self.vla.trunk_features(batch["images"])
+            batch = {**{k: v for k, v in batch.items() if k != "images"}, "fmaps": fmaps}
+        return self.vla.loss(batch)[0]
+
+
+def _to(batch: dict[str, Any], device: torch.device) -> dict[str, Any]:
+    return {k: _to(v, device) if isinstance(v, dict) else v.to(device) for k, v in batch.items()}
+
+
 @torch.no_grad()
-def cache_features(model, data: TrainData, cfg: TrainConfig, path: str) -> dict[str, torch.Tensor]:
-    """Trunk feature maps of every frame (view 0 = original, then ``aug_views`` augmented), float16.
-    Written to ``path`` atomically and reused on resume."""
+def cache_features(model, data: TrainData, cfg: TrainConfig, path: str, device: torch.device | str = "cpu"
+                   ) -> dict[str, torch.Tensor]:
+    """Trunk feature maps of every frame (view 0 = original, then ``aug_views`` augmented), float16 on the
+    CPU; the trunk runs on ``device`` (where ``model`` is). Written to ``path`` atomically and reused on resume."""
     from tqdm import tqdm
 
     if os.path.isfile(path):
@@ -219,10 +283,10 @@ def cache_features(model, data: TrainData, cfg: TrainConfig, path: str) -> dict[
                 x = imgs[i:i + 128]
                 if v > 0:
                     x = augment(x, cfg, gen)
-                fine, coarse = model.trunk(x)
-                parts.setdefault(cam, []).append(coarse.half())
+                fine, coarse = model.trunk(x.to(device))
+                parts.setdefault(cam, []).append(coarse.half().cpu())
                 if fine is not None:
-                    parts.setdefault(cam + "@fine", []).append(fine.half())
+                    parts.setdefault(cam + "@fine", []).append(fine.half().cpu())
                 bar.update(len(x) / len(data.images))
             out.update({k: torch.cat(p) for k, p in parts.items()})
         views.append(out)
@@ -385,23 +449,49 @@ def init_weights(model, path: str) -> None:
 
 
 # -- the loop ------------------------------------------------------------------------------
+def _quiet(*args, **kwargs) -> None:
+    """``print`` in the processes other than the main one."""
+
+
+def _start_loss_csv(csv_path: str, start: int) -> None:
+    """A new ``loss.csv``, or on resume the old one without the rows logged after step ``start``."""
+    if start == 0 or not os.path.isfile(csv_path):
+        with open(csv_path, "w") as f:
+            f.write("step,loss,lr,samples_per_s\n")
+        return
+    with open(csv_path) as f:
+        rows = f.read().splitlines()
+    keep = [rows[0]] + [r for r in rows[1:] if r and int(r.split(",")[0]) <= start]
+    with open(csv_path + ".tmp", "w") as f:
+        f.write("\n".join(keep) + "\n")
+    os.replace(csv_path + ".tmp", csv_path)
+
+
 def train(cfg: TrainConfig, resume: bool = False, progress: bool = True) -> dict[str, Any]:
+    """Train (or with ``resume`` continue) the run ``cfg.out``. Under ``accelerate launch`` / ``torchrun``
+    every process calls this; the main one writes the run directory and shows the progress bar."""
     from torch.utils.tensorboard import SummaryWriter
     from tqdm import tqdm
 
+    from vla.data.atomic import atomic_write_bytes
+    from vla.distributed import start_processes
     from vla.models.compact import CompactVLA, CompactVLAConfig
     from vla.models.modes import count_parameters
 
+    procs = start_processes()
+    part = procs.part(cfg.batch_size)  # this process's rows of every global batch
+    say = print if procs.is_main else _quiet
     if cfg.threads:
         torch.set_num_threads(cfg.threads)
     run_dir = cfg.out
     os.makedirs(os.path.join(run_dir, "checkpoints"), exist_ok=True)
     cfg_path = os.path.join(run_dir, "train_config.json")
     ckpt = last_checkpoint(run_dir) if resume else None
-    if not resume:
-        if last_checkpoint(run_dir) is not None:
-            raise FileExistsError(f"{run_dir} already holds a training run: pass --resume to continue it, "
-                                  "or choose another --out")
+    if not resume and last_checkpoint(run_dir) is not None:
+        raise FileExistsError(f"{run_dir} already holds a training run: pass --resume to continue it, "
+                              "or choose another --out")
+    procs.wait()  # every process has looked at the run directory before the main one writes to it
+    if not resume and procs.is_main:
         with open(cfg_path + ".tmp", "w") as f:
             json.dump(dataclasses.asdict(cfg), f, indent=2)
         os.replace(cfg_path + ".tmp", cfg_path)
@@ -416,7 +506,7 @@ def train(cfg: TrainConfig, resume: bool = False, progress: bool = True) -> dict
     from vla.models.encoders import TextEncoder
 
     text = TextEncoder()
-    data, stats, cams = build_data(cfg, text, prior)
+    data, stats, cams = build_data(cfg, text, prior, progress=progress and procs.is_main)
     if cfg.paraphrases and data.alt is None:
         raise ValueError(f"--paraphrases: none of its {len(cfg.paraphrases)} instructions is in the datasets, whose "
                          f"instructions are {data.instructions}")
@@ -429,11 +519,18 @@ def train(cfg: TrainConfig, resume: bool = False, progress: bool = True) -> dict
     if cfg.init and ckpt is None:
         init_weights(model, cfg.init)
     model.set_mode(cfg.mode, lora_rank=cfg.lora_rank, lora_alpha=cfg.lora_alpha, lora_targets=cfg.lora_targets)
-    if cfg.mode == "frozen":
-        data.fmaps = cache_features(model, data, cfg, os.path.join(run_dir, "features_cache.pt"))
+    model.to(procs.device)
+    if cfg.mode == "frozen":  # the main process computes (or finds) the feature cache; the others then read it
+        cache = os.path.join(run_dir, "features_cache.pt")
+        if procs.is_main:
+            data.fmaps = cache_features(model, data, cfg, cache, procs.device)
+        procs.wait()
+        if data.fmaps is None:
+            data.fmaps = torch.load(cache, weights_only=True)["fmaps"]
     ema_model = CompactVLA(dataclasses.replace(mcfg, pretrained=False))
     if cfg.mode == "lora":
         ema_model.set_mode("lora", lora_rank=cfg.lora_rank, lora_alpha=cfg.lora_alpha, lora_targets=cfg.lora_targets)
+    ema_model.to(procs.device)
     ema_model.load_state_dict(model.state_dict())
     ema_model.mode = model.mode
     for p in ema_model.parameters():
@@ -451,7 +548,7 @@ def train(cfg: TrainConfig, resume: bool = False, progress: bool = True) -> dict
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lr_lambda)
     start = 0
     if ckpt is not None:
-        st = torch.load(os.path.join(ckpt, "train_state.pt"), weights_only=False)
+        st = torch.load(os.path.join(ckpt, "train_state.pt"), map_location="cpu", weights_only=False)
         model.load_state_dict(st["model"])
         ema_model.load_state_dict(st["ema"])
         opt.load_state_dict(st["optimizer"])
@@ -459,7 +556,9 @@ def train(cfg: TrainConfig, resume: bool = False, progress: bool = True) -> dict
         _set_rng_state(st["rng"])
         gen.set_state(st["generator"])
         start = int(st["step"])
-        print(f"resumed {run_dir} from step {start} ({ckpt})")
+        say(f"resumed {run_dir} from step {start} ({ckpt})")
+    # several processes: the step runs under DDP (gradients averaged in backward); one process: as it is
+    step_fn, opt = procs.prepare(TrainStep(model), opt)
 
     counts = count_parameters(model)
     n = len(data.state)
@@ -472,30 +571,24 @@ def train(cfg: TrainConfig, resume: bool = False, progress: bool = True) -> dict
         per_token = torch.bincount(data.tokens, minlength=prior.k + 1)[1:].tolist()
         info["tokens"] = {"file": cfg.tokens, "k": prior.k, "unit": prior.unit, "frames_per_token": per_token,
                           "token_dropout": cfg.token_dropout}
-        print(f"behaviour tokens: K={prior.k} ({prior.unit} unit) from {cfg.tokens}, frames per token {per_token}, "
-              f"null token on {cfg.token_dropout:.0%} of the samples")
-    with open(os.path.join(run_dir, "data_summary.json"), "w") as f:
-        json.dump(info, f, indent=2)
+        say(f"behaviour tokens: K={prior.k} ({prior.unit} unit) from {cfg.tokens}, frames per token {per_token}, "
+            f"null token on {cfg.token_dropout:.0%} of the samples")
+    if procs.is_main:
+        atomic_write_bytes(os.path.join(run_dir, "data_summary.json"), json.dumps(info, indent=2).encode())
     if data.alt is not None:
-        print(f"paraphrases: {len(data.wordings) - len(data.instructions)} more wordings for "
-              f"{len(info['paraphrases'])} of the {len(data.instructions)} instructions")
-    print(f"{data.episodes} episodes, {n} frames, {len(data.instructions)} instruction(s); mode {cfg.mode}: "
-          f"{counts['trainable']:,} of {counts['total']:,} parameters train")
+        say(f"paraphrases: {len(data.wordings) - len(data.instructions)} more wordings for "
+            f"{len(info['paraphrases'])} of the {len(data.instructions)} instructions")
+    say(f"{data.episodes} episodes, {n} frames, {len(data.instructions)} instruction(s); mode {cfg.mode}: "
+        f"{counts['trainable']:,} of {counts['total']:,} parameters train"
+        + (f"; {procs.world} processes, {cfg.batch_size // procs.world} samples each per step of "
+           f"{cfg.batch_size}, on {procs.device.type}" if procs.world > 1 else ""))
 
-    tb = SummaryWriter(os.path.join(run_dir, "tb"), purge_step=start if start else None)
+    tb = SummaryWriter(os.path.join(run_dir, "tb"), purge_step=start if start else None) if procs.is_main else None
     csv_path = os.path.join(run_dir, "loss.csv")
-    if start == 0 or not os.path.isfile(csv_path):
-        with open(csv_path, "w") as f:
-            f.write("step,loss,lr,samples_per_s\n")
-    else:  # drop rows logged after the checkpoint we resume from
-        with open(csv_path) as f:
-            rows = f.read().splitlines()
-        keep = [rows[0]] + [r for r in rows[1:] if r and int(r.split(",")[0]) <= start]
-        with open(csv_path + ".tmp", "w") as f:
-            f.write("\n".join(keep) + "\n")
-        os.replace(csv_path + ".tmp", csv_path)
+    if procs.is_main:
+        _start_loss_csv(csv_path, start)
 
-    model.train()
+    step_fn.train()
     extra = {"instructions": data.instructions, "paraphrases": info["paraphrases"], "sim_tasks": _sim_tasks(cfg.datasets),
              "train": {"datasets": [_where(d) for d in cfg.datasets], "mode": cfg.mode}}
     if prior is not None:
@@ -505,32 +598,17 @@ def train(cfg: TrainConfig, resume: bool = False, progress: bool = True) -> dict
     t0 = time.perf_counter()
     t_log, samples_since = t0, 0
     draw = frame_sampler(data, cfg.balance, cfg.batch_size, gen, cfg.opening_weight)
-    bar = tqdm(total=cfg.steps, initial=start, desc="train", unit="step", disable=not progress)
+    state_std = model.state_std.detach().cpu()
+    bar = tqdm(total=cfg.steps, initial=start, desc="train", unit="step", disable=not (progress and procs.is_main))
     step = start
     stopped_early = False
     try:
         while step < cfg.steps:
-            rows = draw()
-            idx = rows if data.frame_of is None else data.frame_of[rows]
-            state = data.state[idx]
-            s_std = model.state_std
-            state = state + cfg.state_noise * s_std * torch.randn(state.shape, generator=gen)
-            batch: dict[str, Any] = {"state": state, "action": data.chunks[idx], "text": data.text_emb[sample_text_rows(data, rows, gen)]}
-            if data.fmaps is not None:
-                view = torch.randint(0, 1 + cfg.aug_views, (cfg.batch_size,), generator=gen)
-                batch["fmaps"] = {k: f[view, idx].float() for k, f in data.fmaps.items()}
-            else:
-                imgs = {c: augment(data.images[c][idx], cfg, gen) for c in cams}
-                batch["fmaps"] = model.trunk_features(imgs)
-            if data.tokens is not None:
-                # each sample's behaviour token; token_dropout of them get the null token 0 instead
-                # (classifier-free-guidance style), so the VLA keeps acting without one
-                drop = torch.rand(len(idx), generator=gen) < cfg.token_dropout
-                batch["token"] = data.tokens[idx].masked_fill(drop, 0)
-            loss, _ = model.loss(batch)
+            batch = _to(draw_batch(data, cfg, draw, gen, state_std, part), procs.device)
+            loss = step_fn(batch)  # this process's rows; the mean over them
             opt.zero_grad(set_to_none=True)
-            loss.backward()
-            gnorm = torch.nn.utils.clip_grad_norm_(params, cfg.grad_clip)
+            procs.backward(loss)  # several processes: DDP leaves the processes' mean gradient in every one
+            gnorm = procs.clip_grad_norm_(params, cfg.grad_clip)
             opt.step()
             sched.step()
             with torch.no_grad():
@@ -544,36 +622,43 @@ def train(cfg: TrainConfig, resume: bool = False, progress: bool = True) -> dict
             samples_since += cfg.batch_size
             bar.update(1)
             if step % cfg.log_every == 0 or step == cfg.steps:
+                lv = procs.mean(loss)  # the global batch's mean loss
                 now = time.perf_counter()
                 sps = samples_since / max(now - t_log, 1e-9)
                 t_log, samples_since = now, 0
-                lv = float(loss.detach())
-                tb.add_scalar("train/loss", lv, step)
-                tb.add_scalar("train/lr", sched.get_last_lr()[0], step)
-                tb.add_scalar("train/grad_norm", float(gnorm), step)
-                tb.add_scalar("perf/samples_per_s", sps, step)
-                with open(csv_path, "a") as f:
-                    f.write(f"{step},{lv:.6f},{sched.get_last_lr()[0]:.3e},{sps:.1f}\n")
+                if procs.is_main:
+                    tb.add_scalar("train/loss", lv, step)
+                    tb.add_scalar("train/lr", sched.get_last_lr()[0], step)
+                    tb.add_scalar("train/grad_norm", float(gnorm), step)
+                    tb.add_scalar("perf/samples_per_s", sps, step)
+                    with open(csv_path, "a") as f:
+                        f.write(f"{step},{lv:.6f},{sched.get_last_lr()[0]:.3e},{sps:.1f}\n")
                 bar.set_postfix(loss=f"{lv:.4f}", sps=f"{sps:.0f}")
-            out_of_time = cfg.max_minutes is not None and (time.perf_counter() - t0) / 60 >= cfg.max_minutes
-            if step % cfg.save_every == 0 or step == cfg.steps or out_of_time:
+            # one clock decides for every process, so that all stop (and the main one saves) at the same step
+            out_of_time = cfg.max_minutes is not None and procs.main_says(
+                (time.perf_counter() - t0) / 60 >= cfg.max_minutes)
+            if (step % cfg.save_every == 0 or step == cfg.steps or out_of_time) and procs.is_main:
                 save_checkpoint(run_dir, step, model, ema_model, opt, sched, gen, cfg.keep_checkpoints, extra)
                 plot_loss(csv_path, os.path.join(run_dir, "loss_curve.png"))
             if out_of_time:
                 stopped_early = True
-                tqdm.write(f"--max-minutes {cfg.max_minutes:g} reached at step {step}; saved")
+                if procs.is_main:
+                    tqdm.write(f"--max-minutes {cfg.max_minutes:g} reached at step {step}; saved")
                 break
     finally:
         bar.close()
-        tb.close()
-    final = os.path.join(run_dir, "model")
-    shutil.rmtree(final + ".tmp", ignore_errors=True)
-    ema_model.save(final + ".tmp", extra={"step": step, **extra})
-    shutil.rmtree(final, ignore_errors=True)
-    os.replace(final + ".tmp", final)
-    plot_loss(csv_path, os.path.join(run_dir, "loss_curve.png"))
+        if tb is not None:
+            tb.close()
+    if procs.is_main:
+        final = os.path.join(run_dir, "model")
+        shutil.rmtree(final + ".tmp", ignore_errors=True)
+        ema_model.save(final + ".tmp", extra={"step": step, **extra})
+        shutil.rmtree(final, ignore_errors=True)
+        os.replace(final + ".tmp", final)
+        plot_loss(csv_path, os.path.join(run_dir, "loss_curve.png"))
     summary = {"run_dir": os.path.abspath(run_dir), "steps": step, "stopped_early": stopped_early,
-               "wall_s": time.perf_counter() - t0, **info}
-    with open(os.path.join(run_dir, "train_summary.json"), "w") as f:
-        json.dump(summary, f, indent=2)
+               "wall_s": time.perf_counter() - t0, "processes": procs.world, **info}
+    if procs.is_main:
+        atomic_write_bytes(os.path.join(run_dir, "train_summary.json"), json.dumps(summary, indent=2).encode())
+    procs.wait()  # every process returns once the run directory is complete
     return summary

@@ -26,6 +26,11 @@ examples:
                                                      # sub-skill-labelled data (vla record --label-subskills):
                                                      # tasks + sub-skills, trained with their paraphrases
   vla train --resume runs/vla_pick                   # continue after a kill
+  accelerate launch --multi_gpu --num_processes 4 --num_machines 1 --mixed_precision no --dynamo_backend no \
+      -m vla.cli train --dataset data/pick --out runs/vla_pick_ddp
+                                                     # 4 processes (one per GPU; on the CPU without one), DDP:
+                                                     # --batch-size is the global batch, split among them; the
+                                                     # same updates as one process. --resume on any number
   vla train --dataset data/pick --tokens runs/pick_tokens.json --out runs/vla_pick_tok
                                                      # ExToken: pi(a | s, c) with the tokens of `vla tokens`
   vla eval --checkpoint runs/vla_pick --task pick_red_cube --episodes 20
@@ -110,6 +115,8 @@ but the sentence encoder trains. The fusion and the action expert always train.
     p.add_argument("--lora-rank", type=int, default=d["lora_rank"])
     p.add_argument("--lora-targets", nargs="+", default=None, help="module names for LoRA (default the trunk's 1x1 convs)")
     p.add_argument("--save-every", type=int, default=d["save_every"], help="checkpoint period in steps")
+    p.add_argument("--log-every", type=int, default=d["log_every"],
+                   help=f"loss.csv / TensorBoard period in steps (default {d['log_every']})")
     p.add_argument("--max-minutes", type=float, default=None, help="stop (and save) after this many minutes")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--threads", type=int, default=None, help="torch CPU threads")
@@ -192,14 +199,17 @@ def recorded_crops(datasets) -> tuple[tuple[str, float, float, float, float], ..
 
 
 def run(args) -> int:
-
+    from vla.distributed import finish, is_main_process
     from vla.train import TrainConfig, train
+
+    say = print if is_main_process() else (lambda *a, **k: None)  # under a launcher: the main process speaks
 
     if args.resume:
         cfg_path = os.path.join(args.resume, "train_config.json")
         if not os.path.isfile(cfg_path):
             raise FileNotFoundError(f"--resume {args.resume}: no train_config.json there (not a training run)")
-        cfg = TrainConfig.from_json(cfg_path)
+        # the run directory is where it is now (it may have been moved or copied since it was started)
+        cfg = dataclasses.replace(TrainConfig.from_json(cfg_path), out=args.resume)
         if args.max_minutes is not None:
             cfg = dataclasses.replace(cfg, max_minutes=args.max_minutes)
         summary = train(cfg, resume=True)
@@ -213,12 +223,12 @@ def run(args) -> int:
         if not args.crop and not args.init:
             crops = recorded_crops(args.dataset)
             if crops:
-                print("crop (the cameras' regions of interest from the site the data was recorded with; --crop "
-                      "overrides): " + " ".join(f"{c[0]}={','.join(f'{v:g}' for v in c[1:])}" for c in crops))
+                say("crop (the cameras' regions of interest from the site the data was recorded with; --crop "
+                    "overrides): " + " ".join(f"{c[0]}={','.join(f'{v:g}' for v in c[1:])}" for c in crops))
         crops = tuple(c for c in crops if tuple(c[1:]) != (0.0, 0.0, 1.0, 1.0))  # CAM=0,0,1,1: the whole frame
         if args.init:
             model_args = _init_settings(args.init)
-            print("--init: model settings from the checkpoint: " + ", ".join(f"{k}={v}" for k, v in model_args.items()))
+            say("--init: model settings from the checkpoint: " + ", ".join(f"{k}={v}" for k, v in model_args.items()))
         cfg = TrainConfig(datasets=tuple(args.dataset), out=args.out, mode=args.mode, steps=args.steps,
                           batch_size=args.batch_size, lr=args.lr, warmup_steps=args.warmup_steps,
                           horizon=args.horizon, image_size=args.image_size,
@@ -232,7 +242,8 @@ def run(args) -> int:
                           labels=args.labels,
                           lora_rank=args.lora_rank,
                           lora_targets=tuple(args.lora_targets) if args.lora_targets else None,
-                          save_every=args.save_every, max_minutes=args.max_minutes, seed=args.seed,
+                          save_every=args.save_every, log_every=args.log_every, max_minutes=args.max_minutes,
+                          seed=args.seed,
                           threads=args.threads, init=args.init)
         if model_args:
             cfg = dataclasses.replace(cfg, **model_args)
@@ -249,7 +260,8 @@ def run(args) -> int:
         elif args.token_dropout is not None:
             raise ValueError("--token-dropout is for --tokens (the share of samples trained with the null token)")
         summary = train(cfg)
-    print(json.dumps({k: summary[k] for k in ("run_dir", "steps", "wall_s", "episodes", "frames")}, indent=None))
-    print(f"model: {os.path.join(summary['run_dir'], 'model')}  loss curve: "
-          f"{os.path.join(summary['run_dir'], 'loss_curve.png')}")
+    finish()
+    say(json.dumps({k: summary[k] for k in ("run_dir", "steps", "wall_s", "episodes", "frames")}, indent=None))
+    say(f"model: {os.path.join(summary['run_dir'], 'model')}  loss curve: "
+        f"{os.path.join(summary['run_dir'], 'loss_curve.png')}")
     return 0

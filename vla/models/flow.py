@@ -58,6 +58,12 @@ def _time_embedding(t: torch.Tensor, dim: int = 32) -> torch.Tensor:
     return torch.cat([ang.sin(), ang.cos()], dim=-1)
 
 
+def sample_flow_time(b: int) -> torch.Tensor:
+    """Flow-matching times of ``b`` samples, Beta(1.5, 1) (more weight near the noise end) kept in
+    [0.001, 1], from the global torch generator. -> float32 [b]."""
+    return torch.distributions.Beta(1.5, 1.0).sample((b,)) * 0.999 + 0.001
+
+
 class FlowMatchingHead(nn.Module):
     def __init__(self, cfg: FlowHeadConfig) -> None:
         super().__init__()
@@ -187,13 +193,19 @@ class FlowMatchingHead(nn.Module):
                 out.append(self.transition_logprob(chain[:, k + 1], mean, sigma))
         return torch.stack(out, 1)
 
-    def loss(self, cond: torch.Tensor, actions: torch.Tensor, token=None) -> torch.Tensor:
-        """Flow-matching loss: || v(x_t, t) - (noise - actions) ||^2 with t ~ Beta(1.5, 1)."""
+    def loss(self, cond: torch.Tensor, actions: torch.Tensor, token=None, noise: torch.Tensor | None = None,
+             t: torch.Tensor | None = None) -> torch.Tensor:
+        """Flow-matching loss: || v(x_t, t) - (noise - actions) ||^2 with t ~ Beta(1.5, 1). ``noise`` [B, H, A]
+        and ``t`` [B] (``sample_flow_time``) are drawn here unless given: multi-process training draws them
+        for the whole global batch and gives each process its rows, so that the processes together train on
+        exactly what one process would."""
         assert actions.shape[1:] == self.noise_shape, \
             f"actions must be [B, {self.cfg.horizon}, {self.cfg.action_dim}], got {list(actions.shape)}"
         b = actions.shape[0]
-        noise = torch.randn_like(actions)
-        t = torch.distributions.Beta(1.5, 1.0).sample((b,)).to(actions) * 0.999 + 0.001
+        noise = torch.randn_like(actions) if noise is None else noise.to(actions)
+        t = sample_flow_time(b).to(actions) if t is None else t.to(actions)
+        assert noise.shape == actions.shape and t.shape == (b,), \
+            f"noise must be {list(actions.shape)} and t [{b}], got {list(noise.shape)} and {list(t.shape)}"
         x_t = t[:, None, None] * noise + (1 - t[:, None, None]) * actions
         v = self.velocity(x_t, t, self._cond(cond, token))
         return ((v - (noise - actions)) ** 2).mean()
