@@ -97,6 +97,7 @@ class SimCamera(Camera):
         self._renderer: mujoco.Renderer | None = None
         self._render_thread: int | None = None
         self._index = 0
+        self._resets = getattr(sim, "resets", None)  # the sim's reset count at the last frame
 
     # -- lifecycle ----------------------------------------------------------------------------
     def _connect(self) -> None:
@@ -152,8 +153,22 @@ class SimCamera(Camera):
                               f"of one SimCamera from the thread that rendered its first frame")
         return self._renderer
 
+    @staticmethod
+    def _fresh_scene(renderer: mujoco.Renderer) -> None:
+        """Replace the renderer's ``MjvScene`` (cheap; the GL context stays). A scene kept across frames carries
+        state into the next frame: the same qpos rendered after another episode came out with a few pixels one
+        level apart (MuJoCo 4.0), enough to change a policy's actions, so a seed's episode would not repeat."""
+        old = renderer.scene
+        scene = mujoco.MjvScene(renderer._model, maxgeom=old.maxgeom)
+        scene.flags[:] = old.flags
+        renderer._scene = scene  # mujoco.Renderer has no public setter for its scene
+
     def _render(self) -> CameraFrame:
         renderer = self._get_renderer()
+        resets = getattr(self.sim, "resets", None)
+        if resets != self._resets:  # a new episode: a fresh scene, so its frames do not depend on the last one's
+            self._fresh_scene(renderer)
+            self._resets = resets
         t_ns = time.monotonic_ns()
         qpos, qvel, t_sim = self.sim.snapshot_qpos()
         d = self._data

@@ -353,6 +353,8 @@ class SimFranka(RealtimePhysics, Arm):
         self._ee_target: tuple[np.ndarray, np.ndarray] | None = None
         self._safe = False
         self._substep = 0  # physics steps since construction (IK runs every _ik_every of them)
+        self.resets = 0
+        """Resets so far: a camera rendering this scene starts each episode from a fresh scene (``SimCamera``)."""
         self._init_realtime()
         with self._lock:
             self._reset_locked(self._rng)
@@ -463,6 +465,7 @@ class SimFranka(RealtimePhysics, Arm):
         with self._lock:
             self._reset_locked(rng, placements)
             self._reanchor = True
+            self.resets += 1
         return self.read_state()
 
     def read_state(self) -> ArmState:

@@ -204,6 +204,70 @@ def parse_site(raw: Any, path: str = "<site>") -> SiteConfig:
                       description=raw.get("description", ""))
 
 
+_LOOPBACK = ("127.0.0.1", "localhost")
+
+
+def _loopback_port(value: Any) -> int | None:
+    """The port of a ``tcp://127.0.0.1:PORT`` (or localhost) endpoint string, else None."""
+    if not isinstance(value, str) or not value.startswith("tcp://"):
+        return None
+    host, _, port = value[len("tcp://"):].rpartition(":")
+    return int(port) if host in _LOOPBACK and port.isdigit() else None
+
+
+def site_ports(site: SiteConfig) -> list[int]:
+    """The distinct loopback TCP ports ``site`` names: its devices' endpoints and endpoint-valued
+    params (a camera filming a screen's stream, a HID link). SiteError if a device listens off
+    loopback (a real robot cell: one site per robot, never copied onto other ports)."""
+    ports: list[int] = []
+    for name, d in site.devices.items():
+        for where, value in [("command", d.command), ("stream", d.stream),
+                             *((f"params.{k}", v) for k, v in d.params.items())]:
+            port = _loopback_port(value)
+            if port is None and where in ("command", "stream") and value is not None:
+                raise SiteError(f"{site.path}: devices.{name}.{where}: {value!r} is not a loopback tcp endpoint; "
+                                "only a site served on this machine's loopback can be copied onto other ports")
+            if port is not None and port not in ports:
+                ports.append(port)
+    return ports
+
+
+def relocate_site(site: SiteConfig, ports: list[int], path: str, name: str | None = None) -> SiteConfig:
+    """A copy of ``site`` written to ``path`` with its loopback ports (``site_ports``, in that order)
+    replaced by ``ports``, wherever they appear (endpoints and params alike, so devices that talk to
+    each other still meet); relative file paths (calibration, keys) made absolute, so the copy works
+    from any folder. ``name``: the copy's name (default ``<name>-<first port>``). -> the loaded copy."""
+    old = site_ports(site)
+    if len(ports) < len(old):
+        raise ValueError(f"site {site.name!r} uses {len(old)} ports, {len(ports)} given")
+    remap = dict(zip(old, ports))
+    with open(site.path) as f:
+        raw = yaml.safe_load(f)
+    base = os.path.dirname(os.path.abspath(site.path))
+
+    def moved(v: Any) -> Any:
+        port = _loopback_port(v)
+        return v if port is None else f"{v.rpartition(':')[0]}:{remap[port]}"
+
+    for d in raw["devices"].values():
+        for k in ("command", "stream"):
+            if k in d:
+                d[k] = moved(d[k])
+        if isinstance(d.get("params"), dict):
+            d["params"] = {k: moved(v) for k, v in d["params"].items()}
+        if isinstance(d.get("calibration"), str):
+            d["calibration"] = os.path.normpath(os.path.join(base, d["calibration"]))
+    if isinstance(raw.get("security"), dict):
+        raw["security"] = {k: os.path.normpath(os.path.join(base, v)) if isinstance(v, str) else v
+                           for k, v in raw["security"].items()}
+    raw["name"] = name or f"{site.name}-{ports[0]}"
+    tmp = path + ".tmp"
+    with open(tmp, "w") as f:
+        yaml.safe_dump(raw, f, sort_keys=False)
+    os.replace(tmp, path)
+    return load_site(path)
+
+
 def load_device_calibration(site: SiteConfig, name: str, device: Any = None):
     """The calibration file a site names for device ``name`` (``calibration.io.CalibrationFile``),
     or None when it names none or the file does not exist yet (logged). With ``device``, a camera's

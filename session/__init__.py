@@ -6,7 +6,8 @@ a method by name.
 * ``runner``: ``Session`` (rollout with operator interventions, replay routing, checkpoints,
   evaluation), the run directory, ``end_episode`` (the one per-episode bookkeeping) and
   ``run_session`` (in process).
-* ``protocol`` / ``learner`` / ``actor``: the actor / learner split over ZMQ.
+* ``protocol`` / ``learner`` / ``actor``: the actor / learner split over ZMQ (one learner, one or several
+  actors); ``pool``: ``vla rl --actors N``, the learner here and N actors as Ray actors.
 
 Import from the submodules; this package imports nothing at import time.
 """

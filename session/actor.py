@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import collections
 import dataclasses
+import math
 import os
 import secrets
 import socket
@@ -43,6 +44,9 @@ class ActorConfig:
     """Site preset or YAML on this machine (default: the learner's config)."""
     keys: CurveKeys | None = None
     """CurveZMQ keys (client secret, server public) for a learner off loopback."""
+    slot: int | None = None
+    """With several actors (``vla rl --actors N``): this actor's lane, 0..N-1, which fixes its training scenes;
+    default: the learner's first free lane."""
 
     def __post_init__(self) -> None:
         for f in ("learner_timeout_s", "heartbeat_s", "resend_s"):
@@ -53,6 +57,13 @@ class ActorConfig:
                              f"({self.learner_timeout_s})")
         if self.max_outbox < 1:
             raise ValueError(f"ActorConfig.max_outbox must be >= 1, got {self.max_outbox}")
+        if self.slot is not None and self.slot < 0:
+            raise ValueError(f"ActorConfig.slot must be >= 0, got {self.slot}")
+
+
+def _optional(msg: Message, name: str, kind: type, default: Any) -> Any:
+    """An optional header field (checked when present), else ``default``."""
+    return field(msg, name, kind) if name in msg.meta else default
 
 
 class ActorLink:
@@ -74,6 +85,9 @@ class ActorLink:
         self.learner_id: str | None = None
         self.received = self.learned = self.durable = self.version = 0
         self.finished = False
+        self.slot, self.actors = cfg.slot or 0, 1  # this actor's lane of how many (from the welcome)
+        self.session_ticks = 0  # ticks the learner took in from every actor
+        self.evaluator, self.settled = True, False  # this actor runs the evaluations; the others are done
         self.heard = time.monotonic()
         self.error: Exception | None = None
         self.params: tuple[str, int, Message] | None = None  # newest (learner_id, version, message)
@@ -141,9 +155,10 @@ class ActorLink:
                 now = time.monotonic()
                 if self._need_hello:
                     if now - last_hello >= 0.5:
+                        slot = {} if self.cfg.slot is None else {"slot": self.cfg.slot}
                         self._try_send(sock, pack(_msg("hello", self.actor_id, actor_id=self.actor_id,
                                                        next_seq=self.next_seq,
-                                                       params_version=self._have_version())))
+                                                       params_version=self._have_version(), **slot)))
                         last_hello = now
                 else:
                     if now - last_hb >= self.cfg.heartbeat_s:
@@ -212,6 +227,12 @@ class ActorLink:
         for k in ("durable", "episode", "ticks", "version"):
             field(msg, k, int)
         field(msg, "config", dict)
+        # the lane (several actors); a learner that does not send them serves one actor
+        slot, actors = _optional(msg, "slot", int, 0), _optional(msg, "actors", int, 1)
+        if not 0 <= slot < actors:
+            raise ProtocolError("bad_field", f"welcome names lane {slot} of {actors}", "slot")
+        if self.cfg.slot is not None and slot != self.cfg.slot:
+            raise RemoteRLError(f"the learner gave this actor lane {slot}, it asked for {self.cfg.slot}")
         with self._lock:
             if self.welcome is None:  # a fresh actor starts where the learner is
                 self.next_seq = self._send_ptr = self.received = start
@@ -232,6 +253,9 @@ class ActorLink:
             if self.welcome is None:
                 self.welcome = w
             self.learner_id, self.version = lid, w["version"]
+            self.slot, self.actors = slot, actors
+            self.session_ticks = _optional(msg, "session_ticks", int, w["ticks"])
+            self.evaluator = _optional(msg, "evaluator", bool, slot == 0)
             if lid not in self.learner_ids:
                 self.learner_ids.append(lid)
             self._need_hello = False
@@ -247,6 +271,9 @@ class ActorLink:
                 self.received, self._progress_at = received, time.monotonic()
             self.learned, self.durable = field(msg, "learned", int), field(msg, "durable", int)
             self.version, self.finished = field(msg, "version", int), field(msg, "finished", bool)
+            self.session_ticks = _optional(msg, "session_ticks", int, self.session_ticks)
+            self.evaluator = _optional(msg, "evaluator", bool, self.evaluator)
+            self.settled = _optional(msg, "settled", bool, True)
             self._trim()
 
     def _on_params(self, msg: Message) -> None:
@@ -320,8 +347,13 @@ class Actor:
             import torch
 
             torch.set_num_threads(self.rl_cfg.threads)
-        self.sess = Session(self.rl_cfg, env, vla, operator=operator, progress=progress, sink=self._sink,
-                            guard=self.link.check)
+        cfg = self.rl_cfg
+        if self.link.actors > 1 and cfg.eval_every:  # one of N actors evaluates: every eval_every session episodes
+            cfg = dataclasses.replace(cfg, eval_every=math.ceil(cfg.eval_every / self.link.actors))
+        slot = self.link.slot  # actor 0 draws from the session's seed, the others from streams of their own
+        seed = None if slot == 0 else int(np.random.SeedSequence((cfg.seed, slot)).generate_state(1)[0])
+        self.sess = Session(cfg, env, vla, operator=operator, progress=progress, sink=self._sink,
+                            guard=self.link.check, seed=seed)
         s = self.sess
         s.step, s.ticks, s.episode = w["next_seq"], w["ticks"], w["episode"]
         while not self.apply_newest_params():  # the welcome is followed by the parameters
@@ -364,19 +396,21 @@ class Actor:
                                  max_episode_ticks=int(s.max_ticks), params_version=self.params_version)))
 
     def run(self, progress: bool = True) -> dict[str, Any]:
-        """Act until the session's tick budget is spent, then the final evaluation. -> a summary."""
+        """Act until the session's tick budget is spent, then the final evaluation (or, one of several
+        actors that does not evaluate, wait for the session's end). -> a summary."""
         from tqdm import tqdm
 
-        from session.runner import end_episode, episode_seed
+        from session.runner import actor_episode, end_episode, episode_seed
 
         s, cfg, link = self.sess, self.rl_cfg, self.link
         if link.welcome["need_base_eval"]:
             self._send_eval("base", s.evaluate(cfg.eval_episodes, cfg.eval_seed_start, base=True))
         bar = tqdm(total=cfg.total_ticks, initial=min(s.ticks, cfg.total_ticks), unit="tick",
-                   desc=f"actor {cfg.label}", disable=not progress)
+                   desc=f"actor {cfg.label}" + (f" {link.slot}" if link.actors > 1 else ""), disable=not progress)
         t0, waited = time.perf_counter(), False
+        seeds: list[int] = []
         try:
-            while s.ticks < cfg.total_ticks:
+            while max(s.ticks, link.session_ticks) < cfg.total_ticks:  # every actor's ticks count
                 while link.pending() >= self.cfg.max_outbox:  # the learner is far behind: wait, robot idle
                     if not waited:
                         print(f"actor: {link.pending()} transitions not yet checkpointed by the learner; "
@@ -387,19 +421,21 @@ class Actor:
                 waited = False
                 link.check()
                 self.apply_newest_params()
-                seed = episode_seed(cfg, s.episode, s.agent.episodes_per_scene)
+                per_scene = s.agent.episodes_per_scene
+                seed = episode_seed(cfg, actor_episode(s.episode, link.slot, link.actors, per_scene), per_scene)
+                seeds.append(seed)
                 r = s.run_episode(seed)
                 # the learner logs and checkpoints it (from the transitions); the actor evaluates
-                end_episode(s, seed, r, report_eval=lambda ep, ticks, ev: self._send_eval("periodic", ev))
-                bar.n = min(s.ticks, cfg.total_ticks)
+                end_episode(s, seed, r, report_eval=(lambda ep, ticks, ev: self._send_eval("periodic", ev))
+                            if link.evaluator else None)
+                bar.n = min(max(s.ticks, link.session_ticks), cfg.total_ticks)
                 bar.set_postfix(ep=s.episode, succ=int(r["success"]), params=self.params_version)
         finally:
             bar.close()
-        # the final evaluation uses the policy after every transition was learned from
-        while not (link.learned >= s.step and self.params_key == (link.learner_id, link.version)):
-            link.check()
-            self.apply_newest_params()
-            time.sleep(0.02)
+        out = {"episodes": s.episode, "steps": s.step, "ticks": s.ticks, "slot": link.slot, "seeds": seeds}
+        if not self._final_turn():  # another actor ran the final evaluation
+            return {**out, "final_success_rate": None, "params_version": self.params_version,
+                    "learners": list(link.learner_ids), "wall_s": time.perf_counter() - t0}
         final = s.evaluate(cfg.eval_episodes, cfg.eval_seed_start)
         lines = s.agent.report(final["per_episode"])
         if lines and progress:
@@ -414,9 +450,28 @@ class Actor:
                 link.send(bye)
                 sent_to, sent_at = link.learner_id, time.monotonic()
             time.sleep(0.02)
-        return {"episodes": s.episode, "steps": s.step, "ticks": s.ticks, "final_success_rate": final["success_rate"],
-                "params_version": self.params_version, "learners": list(link.learner_ids),
-                "wall_s": time.perf_counter() - t0}
+        return {**out, "final_success_rate": final["success_rate"], "params_version": self.params_version,
+                "learners": list(link.learner_ids), "wall_s": time.perf_counter() - t0}
+
+    def _final_turn(self) -> bool:
+        """Wait for this actor's turn at the final evaluation: the evaluator's once every other actor has said
+        bye and the learner has learned from every transition and pushed the last parameters (-> True). An
+        actor that does not evaluate says bye at once and waits for the session's end (-> False), unless the
+        evaluator is dropped and the turn passes to it."""
+        s, link = self.sess, self.link
+        bye = pack(_msg("bye", self.actor_id, actor_id=self.actor_id, next_seq=s.step, final={}))
+        sent_to, sent_at = None, 0.0
+        while not (link.evaluator and link.settled and link.learned >= s.step
+                   and self.params_key == (link.learner_id, link.version)):
+            link.check()
+            if link.finished:
+                return False
+            if not link.evaluator and (link.learner_id != sent_to or time.monotonic() - sent_at > 5.0):
+                link.send(bye)  # resent to a restarted learner, or when lost
+                sent_to, sent_at = link.learner_id, time.monotonic()
+            self.apply_newest_params()
+            time.sleep(0.02)
+        return True
 
     def close(self) -> None:
         self.link.close()

@@ -53,6 +53,15 @@ class RLConfig:
     --role learner / actor; SERL's learner): the learner stores transitions as they arrive and runs update
     rounds whenever it is free, never more than lockstep would (one per macro-step after warm-up); the
     robot acts at its own rate and the summary reports the rounds the learner afforded."""
+    actors: int = 0
+    """Actor processes, started as Ray actors (a local Ray cluster, or the one at --ray-address), each driving
+    a robot of its own (a copy of the simulated --robot on ports of its own, or its --actor-robots site) and
+    streaming transitions to the learner in this process, which pushes the policy's parameters to all of them.
+    Actor i of N plays the training scenes of session episodes i, i + N, i + 2N, ... (disjoint seeds). An actor
+    that dies is dropped and the others go on. 0: act and learn in this process (one robot)."""
+    actor_robots: tuple[str, ...] = dataclasses.field(default=(), metadata={"metavar": "SITE"})
+    """--actors on real robots: each actor's site preset or YAML (repeat the flag, one per actor, each robot its
+    own); default: copies of a simulated --robot, each on free ports of its own."""
     eval_policy: str = dataclasses.field(default="sample", metadata={"choices": EVAL_POLICIES})
     """Evaluations: ``sample`` draws the agent's action from its policy (seeded by the evaluation episode, as
     the base VLA's N(0, I) is), ``mean`` takes its mean (the deterministic action)."""
@@ -117,6 +126,12 @@ class RLConfig:
                 raise ValueError(f"{f} must be positive, got {getattr(self, f)}")
         if self.total_ticks < 0:
             raise ValueError(f"total_ticks must be >= 0 (0: evaluate only), got {self.total_ticks}")
+        if self.actors < 0:
+            raise ValueError(f"actors must be >= 0 (0: act in this process), got {self.actors}")
+        object.__setattr__(self, "actor_robots", tuple(self.actor_robots))
+        if self.actor_robots and len(self.actor_robots) != self.actors:
+            raise ValueError(f"actor_robots names {len(self.actor_robots)} site(s) for {self.actors} actor(s): give one "
+                             "site per actor")
         if self.eval_every < 0 or self.warmup_steps < 0:
             raise ValueError("eval_every and warmup_steps must be >= 0")
         if self.reward != "task" and not self.reward.startswith("classifier:"):

@@ -33,9 +33,11 @@ and the learner keeps serving. ``device`` is the sender (an actor id, or ``learn
 
 actor -> learner::
 
-    hello       actor_id, next_seq (-1: a fresh actor), params_version   -> welcome, then params
-    transition  actor_id; header seq = the transition's index in the session (0, 1, 2, ...);
-                episode, ticks (control ticks executed), reward, done, intervention, episode_end,
+    hello       actor_id, next_seq (-1: a fresh actor), params_version, slot (optional: the actor's
+                lane, 0..N-1, with several actors)                        -> welcome, then params
+    transition  actor_id; header seq = the transition's index in the actor's lane (0, 1, 2, ...;
+                with one actor, its index in the session); episode (the lane's episode index),
+                ticks (control ticks executed), reward, done, intervention, episode_end,
                 params_version (the policy that acted), episode_info (with episode_end: seed,
                 success, ticks, steps, return, interventions);
                 arrays: K and next_K for every key K of the agent's obs_spec (its dtype and
@@ -46,13 +48,19 @@ actor -> learner::
                 params_version, max_episode_ticks (optional: the actor's episode limit)  -> ack
     bye         actor_id, next_seq, final {successes, episodes, params_version}: every transition
                 is sent and the final evaluation done (resent every few seconds until the learner
-                answers)         -> ack with finished=true after the final checkpoint and summary
+                answers)         -> ack with finished=true after the final checkpoint and summary;
+                with several actors, one that does not evaluate says bye with final {} (it sent
+                everything and acts no more) and waits for the finished ack
 
 learner -> actor::
 
     welcome     learner_id, config (the RLConfig as a map), vla_sha256, next_seq, durable,
-                episode, ticks, version, need_base_eval
-    ack         learner_id, received, learned, durable, version, finished
+                episode, ticks, version, need_base_eval (the lane's counters); slot, actors (its lane
+                of how many), session_ticks, evaluator (see ack)
+    ack         learner_id, received, learned, durable, version, finished (the lane's counters);
+                session_ticks (ticks taken in from every actor: the budget counts these),
+                evaluator (this actor runs the evaluations: the lowest lane not dropped),
+                settled (every other actor said bye, everything is learned from)
     params      learner_id, version, step; arrays: the agent's actor_parameters() (f32)
     error       code, field, message, transition (the refused one's seq), expected (code gap)
 
@@ -93,7 +101,25 @@ to-data ratio of the in-process mode. Transitions are taken in (acked) at once, 
 order; a checkpoint at an episode boundary holds exactly the first ``step`` transitions, the agent
 after their updates, the counters and the RNG state, as in the in-process mode.
 
-Limits: one actor per learner. A hello from another actor id is refused (``actor_busy``, the new
+Several actors (``vla rl --actors N``, ``session.pool``: Ray actors, each with its own robot): the
+learner serves N lanes, one per actor. Everything above holds per lane: an actor's sequence
+numbers, episodes, acknowledgements, resends, ``durable`` and its outbox are its own, and a
+checkpoint's ``state.json`` holds every lane's counters (``lanes``), so a restarted learner tells
+each actor where to resend from and a resumed session gives each new actor its lane's counters.
+Transitions enter the replay buffer in arrival order, interleaved across actors; parameters are
+pushed to every actor. Actor i plays the training scenes of session episodes i, i + N, ...
+(``session.runner.actor_episode``): the actors' seeds are disjoint. The session's tick budget
+counts every actor's ticks (``session_ticks``); each actor stops at its next episode boundary
+once it is spent, so the session may run up to one episode per actor past it. The evaluations
+(base, every ``ceil(eval_every / N)`` of its own episodes, final) are run by one actor, the
+lowest lane not dropped; the final one once every other actor has said bye (``settled``). An
+actor whose process dies is dropped (``Learner.drop_actor``: Ray reports it; or silence for
+``ACTOR_LOST_S``): its unfinished episode is not counted or logged, the transitions it sent of
+it stay in the replay buffer (real experience, as after a takeover), its hello is refused
+afterwards (``actor_dropped``), and the other actors go on; if the evaluator is dropped, the next
+lane evaluates.
+
+Limits: one actor per lane. A hello from another actor id is refused (``actor_busy``, the new
 actor stops) while the registered actor was heard from within ``TAKEOVER_S``; after that the new
 one takes over (an actor restarted after a crash), and the transitions of an episode the previous
 actor left half-way stay in the buffer. Evaluations are
@@ -151,6 +177,9 @@ LEARNER_TYPES = frozenset({"welcome", "ack", "params", "error"})
 EVAL_KINDS = ("base", "periodic")
 TAKEOVER_S = 10.0
 """A hello from another actor is refused (``actor_busy``) while the registered one was heard within this."""
+ACTOR_LOST_S = 60.0
+"""Several actors: one not heard from for this long is dropped (its heartbeats come every ``heartbeat_s``
+from a thread of their own, whatever it is doing); the others go on."""
 FINISH_GRACE_S = 12.0
 """After the session finished, the learner keeps answering (finished acks) for at most this long
 (longer than the actor's 5 s bye resend, so a lost finished ack is always followed by another)..."""

@@ -69,12 +69,13 @@ class Session:
     ``session.learner``) reuse it: the actor passes ``sink`` (transitions go to the learner instead; no replay buffers
     are allocated) and ``guard`` (called before every macro-step, before the robot moves: it
     raises when the learner is gone); the learner has no env and calls ``store`` / ``learn`` /
-    ``save`` / ``load`` itself.
+    ``save`` / ``load`` itself. ``seed``: the agent's and the session's RNG seed (default ``cfg.seed``; each of
+    several actors draws its exploration from a stream of its own).
     """
 
     def __init__(self, cfg: RLConfig, env, vla, operator: Operator | None = None, progress: bool = True,
                  sink: Callable[[dict, int, bool, dict], None] | None = None,
-                 guard: Callable[[], None] | None = None) -> None:
+                 guard: Callable[[], None] | None = None, seed: int | None = None) -> None:
         from policies import get_method
         from policies.common.replay import ReplayBuffer
         from vla.models.modes import freeze
@@ -85,7 +86,8 @@ class Session:
         self.vla = freeze(vla)
         self.digest_before = weights_digest(self.vla)
         agent_cls, _ = get_method(cfg.method)
-        self.agent = agent_cls.build(self.vla, cfg.agent, seed=cfg.seed,
+        seed = cfg.seed if seed is None else int(seed)  # one of several actors: a stream of its own
+        self.agent = agent_cls.build(self.vla, cfg.agent, seed=seed,
                                      observation_space=getattr(env, "observation_space", None))
         task = None
         if cfg.task:
@@ -103,11 +105,13 @@ class Session:
         cap = cfg.total_ticks + 16
         self.online = ReplayBuffer(cap, spec, self.agent.action_dim, extras) if replay else None
         self.demo = ReplayBuffer(cap, spec, self.agent.action_dim, extras) if replay else None
-        self.rng = np.random.default_rng(cfg.seed)
+        self.rng = np.random.default_rng(seed)
         self.step = self.ticks = self.episode = 0
         self.on_update: Callable[[dict[str, float], int], None] | None = None
         """Called with every update's diagnostics and the session's ticks (``RunLog.update``: TensorBoard)."""
         self.ckpt_dir = os.path.join(cfg.out, "checkpoint")
+        self.extra_state: dict[str, Any] = {}
+        """More counters for ``state.json`` (the learner's per-actor ones), saved and loaded with the checkpoint."""
         self.safety = None
         """``--safety workspace``: the blend every executed chunk goes through (``session.safety``)."""
         if cfg.safety == "workspace" and env is not None:  # a learner has no env: the actor applies it
@@ -126,7 +130,8 @@ class Session:
         torch.save({"np": self.rng.bit_generator.state, "torch": torch.get_rng_state(), "python": random.getstate()},
                    os.path.join(tmp, "rng.pt"))
         with open(os.path.join(tmp, "state.json"), "w") as f:
-            json.dump({"step": self.step, "ticks": self.ticks, "episode": self.episode, "time": time.time()}, f)
+            json.dump({**self.extra_state, "step": self.step, "ticks": self.ticks, "episode": self.episode,
+                       "time": time.time()}, f)
         old = self.ckpt_dir + ".old"
         shutil.rmtree(old, ignore_errors=True)
         if os.path.isdir(self.ckpt_dir):
@@ -150,6 +155,7 @@ class Session:
         with open(os.path.join(d, "state.json")) as f:
             s = json.load(f)
         self.step, self.ticks, self.episode = int(s["step"]), int(s["ticks"]), int(s["episode"])
+        self.extra_state = {k: v for k, v in s.items() if k not in ("step", "ticks", "episode", "time")}
         # drop log lines written after the checkpoint (the episodes that will be re-run)
         for name in ("episodes.jsonl", "evals.jsonl"):
             p = os.path.join(self.cfg.out, name)
@@ -429,6 +435,14 @@ def episode_seed(cfg: RLConfig, episode: int, per_scene: int = 1) -> int:
     return 1_000_000 * (cfg.seed + 1) + episode // max(int(per_scene), 1)
 
 
+def actor_episode(episode: int, slot: int, actors: int, per_scene: int = 1) -> int:
+    """The session episode that actor ``slot`` of ``actors`` plays as its own ``episode``-th: actor i takes the
+    scenes (groups of ``per_scene`` episodes) i, i + N, i + 2N, ..., so no two actors share a scene and their
+    seeds (``episode_seed`` of this) are disjoint. One actor: ``episode`` itself."""
+    p = max(int(per_scene), 1)
+    return ((episode // p) * actors + slot) * p + episode % p
+
+
 class RunLog:
     """``episodes.jsonl``, ``evals.jsonl`` and the TensorBoard scalars of a run directory: every
     update's losses and diagnostics (``update``, wired to ``Session.on_update``) at the session's
@@ -444,13 +458,13 @@ class RunLog:
 
     def episode(self, episode: int, seed: int, r: dict[str, Any], total_ticks: int, step: int,
                 update_rounds: int | None = None) -> dict[str, Any]:
-        """Log one finished episode (``r``: success, ticks, return, interventions, losses; ``update_rounds``: the
-        agent's update rounds so far). ``wall_s``: seconds since this process opened the log (the session's
-        rate: ``bench/rl_throughput.py``)."""
+        """Log one finished episode (``r``: success, ticks, return, interventions, losses, and ``actor``: the actor
+        that played it, in a session with several; ``update_rounds``: the agent's update rounds so far).
+        ``wall_s``: seconds since this process opened the log (the session's rate: ``bench/rl_throughput.py``)."""
         losses = r.get("losses", {})
         rec = {"episode": episode, "seed": seed, "success": r["success"], "ticks": r["ticks"], "return": r["return"],
                "interventions": r["interventions"], "total_ticks": total_ticks, "step": step,
-               "wall_s": round(time.perf_counter() - self.t0, 3),
+               "wall_s": round(time.perf_counter() - self.t0, 3), **({"actor": r["actor"]} if "actor" in r else {}),
                **({} if update_rounds is None else {"update_rounds": int(update_rounds)}), **losses,
                **r.get("agent", {})}
         if "safety" in r:
@@ -549,6 +563,9 @@ def run_session(cfg: RLConfig, env, vla, resume: bool = False, operator: Operato
 
     from vla.evaluate import write_video
 
+    if cfg.actors:
+        raise ValueError(f"actors {cfg.actors}: the session's actors run as Ray actors (session.pool.run_pool; "
+                         "`vla rl --actors N`), not in this process")
     if cfg.updates != "lockstep":
         raise ValueError(f"updates {cfg.updates!r} runs the learner in its own process: start the session with "
                          "`vla rl --role learner ...` and its actor with `vla rl --role actor --learner ENDPOINT` "

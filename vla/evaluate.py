@@ -18,6 +18,13 @@ actions gets whole chunks. Videos hold one frame per executed tick: a one-action
 row; ``robot_io.RobotEnv`` shows its intermediate ticks through its ``tick_callback`` hook; any
 other chunk env holds the chunk's last frame for each of its ticks. The sampler's noise is seeded
 per episode (``VLAPolicy``), so an evaluation repeats exactly.
+
+``evaluate_on_workers`` (``vla eval --workers N``) runs the same episodes on N Ray actors (``EvalWorker``), each
+with its own copy of the policy and its own simulator bridge on ports of its own (``vla.cluster``): an episode's
+outcome depends on its seed only (the scene, and the noise of each of its chunks), so N workers give the same
+per-episode outcomes as one, listed in the same order. A model that does not take the noise handle (an ONNX
+graph without a noise input, a LeRobot peer) draws its own noise: its episodes do not repeat exactly, with one
+worker or with many.
 """
 
 from __future__ import annotations
@@ -50,6 +57,9 @@ class EpisodeResult:
     success: bool
     ticks: int
     wall_s: float
+    final_state: list[float] | None = None
+    """The observation's ``state`` when the episode ended (the arm's pose and gripper on the sim): where it left
+    the robot, so that two runs of a seed can be compared beyond success and length."""
 
 
 def run_episode(env, policy: Callable[[dict], np.ndarray], seed: int, max_ticks: int,
@@ -95,7 +105,9 @@ def run_episode(env, policy: Callable[[dict], np.ndarray], seed: int, max_ticks:
         if hooked and frames is not None:
             base.tick_callback = None
     task = task or getattr(getattr(env, "task", None), "name", "env")
-    return EpisodeResult(task=task, seed=seed, success=success, ticks=ticks, wall_s=time.perf_counter() - t0)
+    final = np.asarray(obs.get("state", ()), np.float64).ravel()
+    return EpisodeResult(task=task, seed=seed, success=success, ticks=ticks, wall_s=time.perf_counter() - t0,
+                         final_state=[round(float(x), 6) for x in final])
 
 
 def frame_image(obs: dict, tick: int, success: bool) -> np.ndarray:
@@ -194,16 +206,10 @@ def _evaluate(model, envs, n_tasks: int, episodes: int, out_dir: str, seed_start
               temporal_ensemble: float | None = None, token: int | None = None) -> dict[str, Any]:
     from tqdm import tqdm
 
-    from vla.envs import TemporalEnsemble, VLAPolicy
-
     os.makedirs(os.path.join(out_dir, "videos"), exist_ok=True)
-    if temporal_ensemble is not None:
-        if exec_steps not in (None, 1):
-            raise ValueError("--temporal-ensemble executes one row per tick: drop --exec-steps")
-        policy = TemporalEnsemble(VLAPolicy(model, token=token), temporal_ensemble)
-    else:
-        policy = VLAPolicy(model, exec_steps, token=token)
+    policy = make_policy(model, exec_steps, temporal_ensemble, token)
     results: list[EpisodeResult] = []
+    t0 = time.perf_counter()
     bar = tqdm(total=episodes * n_tasks, desc="eval", unit="ep", disable=not progress)
     jsonl = open(os.path.join(out_dir, "episodes.jsonl"), "w")
     try:
@@ -225,7 +231,186 @@ def _evaluate(model, envs, n_tasks: int, episodes: int, out_dir: str, seed_start
     summary = summarize(results)
     return {"tasks": summary, "exec_steps": policy.exec_steps, "temporal_ensemble": temporal_ensemble,
             "seed_start": seed_start,
-            "episodes_per_task": episodes, "control_hz": control_hz}
+            "episodes_per_task": episodes, "control_hz": control_hz, "timing": _timing(0.0, time.perf_counter() - t0,
+                                                                                      len(results))}
+
+
+def _timing(startup_s: float, episodes_s: float, n: int) -> dict[str, float]:
+    """The report's timing: ``startup_s`` until the workers could take episodes (Ray, the models, the bridges, a
+    warm-up call; 0 in process, where the first episode carries the model's warm-up), ``episodes_s`` the episodes'
+    wall clock (videos included), their rate."""
+    return {"startup_s": round(startup_s, 3), "episodes_s": round(episodes_s, 3),
+            "episodes_per_s": round(n / episodes_s, 4) if episodes_s > 0 else None}
+
+
+def make_policy(model, exec_steps: int | None, temporal_ensemble: float | None, token: int | None):
+    """The evaluated policy: ACT's temporal ensembling over whole chunks (``temporal_ensemble``), or the first
+    ``exec_steps`` rows of every chunk; ``token``: a behaviour token held in every episode."""
+    from vla.envs import TemporalEnsemble, VLAPolicy
+
+    if temporal_ensemble is not None:
+        if exec_steps not in (None, 1):
+            raise ValueError("--temporal-ensemble executes one row per tick: drop --exec-steps")
+        return TemporalEnsemble(VLAPolicy(model, token=token), temporal_ensemble)
+    return VLAPolicy(model, exec_steps, token=token)
+
+
+# -- several workers (`vla eval --workers N`) ------------------------------------------------------
+@dataclasses.dataclass(frozen=True)
+class WorkerJob:
+    """What every evaluation worker loads and drives (`vla eval`'s flags)."""
+
+    checkpoint: str
+    """A resolved checkpoint directory or ``.onnx`` file (a path on the worker's machine)."""
+    robot: str = "sim-franka-fast"
+    env: str | None = None
+    max_ticks: int | None = None
+    control_hz: float = 10.0
+    instruction: str | None = None
+    exec_steps: int | None = None
+    temporal_ensemble: float | None = None
+    token: int | None = None
+    threads: int | None = None
+    logs: str = ""
+    """Folder of the workers' logs (bridge logs, site copies)."""
+
+
+class EvalWorker:
+    """One worker of ``vla eval --workers N``, a Ray actor: its own copy of the policy and its own robot (a
+    simulator on ports of its own: ``vla.cluster.worker_robot``) or ``--env``; it runs the episodes it is handed,
+    one call each, so each episode goes to whichever worker is free. An episode's outcome depends on its seed only
+    (the scene, and the sampler's noise per chunk: ``VLAPolicy``), not on the worker or what it ran before."""
+
+    def __init__(self, job: WorkerJob, index: int) -> None:
+        import contextlib
+
+        import torch
+
+        from vla.models import load_vla
+
+        torch.set_num_threads(job.threads or 1)
+        self.job, self.index = job, index
+        self.stack = contextlib.ExitStack()
+        self.policy = make_policy(load_vla(job.checkpoint).eval(), job.exec_steps, job.temporal_ensemble, job.token)
+        self.envs: dict[str, tuple[Any, int]] = {}
+        self.client = None
+        if job.env:
+            from vla.envs import episode_limit, make_user_env
+
+            env = make_user_env(job.env)
+            self.stack.callback(env.close)
+            self.envs[job.env.split(":", 1)[1]] = (env, int(episode_limit(env, job.max_ticks)))
+        else:
+            from robot_io.robot import RobotClient
+            from vla.cluster import worker_robot
+
+            site = self.stack.enter_context(worker_robot(job.robot, job.logs, f"worker{index}"))
+            self.client = RobotClient(site)
+            self.stack.callback(self.client.close)
+
+    def _env(self, task: str) -> tuple[Any, int]:
+        if task not in self.envs:
+            from vla.envs import task_env
+
+            env = task_env(self.client, task, control_hz=self.job.control_hz, instruction=self.job.instruction)
+            self.envs[task] = (env, env.max_ticks)
+        return self.envs[task]
+
+    def ready(self, task: str) -> int:
+        """Warm up on ``task``: a reset and one call of the policy, discarded (the first call loads what the model
+        loads lazily, e.g. its text encoder; the global RNG is left as it was), so that episodes run at their own
+        pace. Every episode resets the env and the policy from its seed. -> this worker's pid."""
+        import torch
+
+        env, _ = self._env(task)
+        obs, _ = env.reset(seed=0)
+        with torch.random.fork_rng():
+            self.policy(obs)
+        return os.getpid()
+
+    def episode(self, task: str, seed: int, video: bool) -> dict[str, Any]:
+        """One seeded episode of ``task`` -> {"result": EpisodeResult as a dict, "video": MP4 bytes or None}."""
+        import tempfile
+
+        env, max_ticks = self._env(task)
+        frames: list[np.ndarray] | None = [] if video else None
+        r = run_episode(env, self.policy, seed, max_ticks, frames, task=task)
+        data = None
+        if frames:
+            with tempfile.TemporaryDirectory() as tmp:
+                path = os.path.join(tmp, "episode.mp4")
+                write_video(frames, path, fps=self.job.control_hz)
+                with open(path, "rb") as f:
+                    data = f.read()
+        return {"result": dataclasses.asdict(r), "video": data}
+
+    def close(self) -> None:
+        self.stack.close()
+
+
+def evaluate_on_workers(job: WorkerJob, tasks: list[str], episodes: int, out_dir: str, workers: int,
+                        exec_steps: int, seed_start: int = 100_000, videos: int = 2, ray_address: str | None = None,
+                        progress: bool = True) -> dict[str, Any]:
+    """``evaluate`` / ``evaluate_env`` on ``workers`` Ray actors (``EvalWorker``; a local Ray cluster, or the one at
+    ``ray_address``). The episodes (task x seed) go to whichever worker is free; ``episodes.jsonl`` and the report
+    list them in task and seed order, as one worker would, with the same per-episode outcomes. A worker that dies
+    is dropped and its episode run by another. ``exec_steps``: the policy's (for the report)."""
+    from tqdm import tqdm
+
+    from vla.cluster import ray_cluster
+
+    if workers < 1:
+        raise ValueError(f"--workers must be >= 1, got {workers}")
+    items = [(task, seed_start + i, i < videos) for task in tasks for i in range(episodes)]
+    os.makedirs(os.path.join(out_dir, "videos"), exist_ok=True)
+    results: dict[int, EpisodeResult] = {}
+    written = 0
+    t0 = time.perf_counter()  # the startup: Ray, the workers' models and bridges
+    with ray_cluster("--workers", ray_address, num_cpus=workers) as ray, \
+            open(os.path.join(out_dir, "episodes.jsonl"), "w") as jsonl, \
+            tqdm(total=len(items), desc=f"eval x{workers}", unit="ep", disable=not progress) as bar:
+        remote = ray.remote(num_cpus=1, max_restarts=0)(EvalWorker)
+        idle = [remote.remote(job, i) for i in range(workers)]
+        ray.wait([w.ready.remote(tasks[0]) for w in idle], num_returns=len(idle))  # up and warm (or failed: below)
+        t1 = time.perf_counter()
+        todo = list(range(len(items)))
+        running: dict[Any, tuple[Any, int]] = {}  # ref -> (worker, item)
+        dead: list[str] = []
+        while todo or running:
+            while idle and todo:
+                w, k = idle.pop(0), todo.pop(0)
+                running[w.episode.remote(*items[k])] = (w, k)
+            if not running:
+                raise RuntimeError(f"every evaluation worker died: {'; '.join(dead)}")
+            done, _ = ray.wait(list(running), num_returns=1)
+            w, k = running.pop(done[0])
+            try:
+                out = ray.get(done[0])
+            except ray.exceptions.RayActorError as e:  # the worker died (or never started): another one runs it
+                dead.append(str(e).strip().splitlines()[-1][:300])
+                todo.insert(0, k)
+                continue
+            idle.append(w)
+            r = EpisodeResult(**out["result"])
+            results[k] = r
+            if out["video"]:
+                with open(os.path.join(out_dir, "videos", f"{r.task}_seed{r.seed}.mp4"), "wb") as f:
+                    f.write(out["video"])
+            while written in results:  # the log in task and seed order
+                jsonl.write(json.dumps(dataclasses.asdict(results[written])) + "\n")
+                written += 1
+            jsonl.flush()
+            bar.update(1)
+            bar.set_postfix_str(f"{sum(x.success for x in results.values())}/{len(results)} successes")
+        t2 = time.perf_counter()
+        try:  # stop the workers' bridges (the bridges also exit with their worker)
+            ray.get([w.close.remote() for w in idle], timeout=60)
+        except ray.exceptions.RayError as e:
+            print(f"eval: a worker did not close cleanly: {str(e).strip().splitlines()[-1][:200]}", flush=True)
+    ordered = [results[k] for k in range(len(items))]
+    return {"tasks": summarize(ordered), "exec_steps": exec_steps, "temporal_ensemble": job.temporal_ensemble,
+            "seed_start": seed_start, "episodes_per_task": episodes, "control_hz": job.control_hz,
+            "workers": workers, "timing": _timing(t1 - t0, t2 - t1, len(ordered))}
 
 
 def format_table(summary: dict[str, Any]) -> str:

@@ -6,12 +6,22 @@ import contextlib
 import os
 import subprocess
 import sys
+import time
 
 from robot_io.client import BridgeTimeout, DeviceClient
 from robot_io.robot import _connectable, wait_for_bridge
 from robot_io.site import SiteConfig
 
 SIM_DRIVERS = {"sim_franka", "sim_camera", "synthetic_camera"}
+
+
+class BridgeExited(BridgeTimeout):
+    """The bridge process this command started exited before its devices answered (e.g. a port in use)."""
+
+
+def is_simulated(site: SiteConfig) -> bool:
+    """Every device of ``site`` is a simulator (a bridge for it may be started here, and copied onto other ports)."""
+    return all(d.driver in SIM_DRIVERS for d in site.devices.values())
 
 
 def bridge_is_up(site: SiteConfig) -> bool:
@@ -31,7 +41,7 @@ def running_bridge(site: SiteConfig, log_path: str, start: str = "auto"):
     starts one regardless, ``never`` only waits for an existing one."""
     if start not in ("auto", "always", "never"):
         raise ValueError(f"--serve must be auto, always or never, got {start!r}")
-    simulated = all(d.driver in SIM_DRIVERS for d in site.devices.values())
+    simulated = is_simulated(site)
     proc = None
     if start == "always" or (start == "auto" and simulated and not bridge_is_up(site)):
         print(f"starting the '{site.name}' bridge (log: {log_path})", flush=True)
@@ -40,15 +50,21 @@ def running_bridge(site: SiteConfig, log_path: str, start: str = "auto"):
                                      "--exit-with-parent", str(os.getpid())],
                                     stdout=log_f, stderr=subprocess.STDOUT)
     try:
-        try:
-            wait_for_bridge(site, timeout_s=120 if proc else 5)
-        except BridgeTimeout:
-            if proc is not None and proc.poll() is not None:
-                raise BridgeTimeout(f"the bridge exited with code {proc.returncode}; see {log_path}") from None
-            if proc is None:
-                raise BridgeTimeout(f"site '{site.name}' is not being served: start it with "
-                                    f"`vla bridge serve --site {site.path}`") from None
-            raise
+        wait_s = 120 if proc else 5
+        deadline = time.monotonic() + wait_s
+        while True:  # in short waits, so that a bridge that exits (e.g. a port in use) is told at once
+            try:
+                wait_for_bridge(site, timeout_s=2.0)
+                break
+            except BridgeTimeout as e:
+                if proc is not None and proc.poll() is not None:
+                    raise BridgeExited(f"the bridge exited with code {proc.returncode}; see {log_path}") from None
+                if time.monotonic() < deadline:
+                    continue
+                if proc is None:
+                    raise BridgeTimeout(f"site '{site.name}' is not being served: start it with "
+                                        f"`vla bridge serve --site {site.path}`") from None
+                raise BridgeTimeout(f"{e.args[0].split(' within ')[0]} within {wait_s} s; see {log_path}") from None
         yield
     finally:
         if proc is not None:

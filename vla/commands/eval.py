@@ -25,6 +25,16 @@ examples:
   vla eval --checkpoint runs/vla_pick --task pick_red_cube --exec-steps 8   # whole chunks, as vla rl runs them
   vla eval --checkpoint runs/my_vla --env my_pkg.envs:make_env --max-episode-ticks 200   # your own gymnasium env
   vla eval --checkpoint deploy/pick.int8.onnx --task pick_red_cube --episodes 50   # an exported policy
+  vla eval --checkpoint runs/vla_pick --task pick_red_cube --episodes 100 --workers 4   # 4 simulators at once
+  vla eval --checkpoint runs/vla_pick --task pick_red_cube --episodes 400 --workers 16 --ray-address auto
+
+--workers N: N evaluation workers as Ray actors (`pip install -e .[scale]`), on a local Ray cluster, or on the
+running one at --ray-address (`ray start --head` on this machine, then `auto`; or a cluster's address: every
+node needs this project installed and the checkpoint at the same path). Each worker loads the checkpoint and
+starts a simulator bridge of its own, on loopback ports it leases on its machine (no two workers or benchmarks
+share one); the episodes go to whichever worker is free. An episode's outcome depends on its seed only, so
+--workers N gives the same per-episode outcomes (episodes.jsonl, in the same order) as one process at the same
+seeds and --threads (each worker uses --threads, default 1). Workers' bridge logs: OUT/workers/.
 
 --env package.module:make_env: make_env() returns a gymnasium env whose observations are
 {"images": {camera: HxWx3 uint8}, "state": float32 [S], "instruction": str} and whose step info
@@ -69,7 +79,39 @@ an int8 export's success rate before it goes to the robot; --threads sets onnxru
     p.add_argument("--threads", type=int, default=None, help="CPU threads (torch; onnxruntime for an .onnx file)")
     p.add_argument("--serve", choices=["auto", "always", "never"], default="auto",
                    help="start the sim bridge if it is not running (auto)")
+    p.add_argument("--workers", type=int, default=None, metavar="N",
+                   help="run the episodes on N evaluation workers (Ray actors), each with its own simulator bridge "
+                        "on ports of its own; same per-episode outcomes as one process (default: this process)")
+    p.add_argument("--ray-address", default=None, metavar="ADDR",
+                   help="--workers: the Ray cluster to run them on (auto: the one started on this machine with "
+                        "`ray start --head`); default: a local Ray cluster for this command")
     p.set_defaults(run=run)
+
+
+def _check_workers(args) -> None:
+    """``--workers`` / ``--ray-address``: refused by name when they cannot apply, before anything loads."""
+    workers = getattr(args, "workers", None)
+    if workers is None:
+        if getattr(args, "ray_address", None):
+            raise ValueError("--ray-address names the Ray cluster of --workers N: give --workers too")
+        return
+    if workers < 1:
+        raise ValueError(f"--workers must be >= 1 (the number of evaluation workers), got {workers}")
+    if args.serve != "auto":
+        raise ValueError(f"--serve {args.serve}: with --workers every worker starts a simulator bridge of its own, "
+                         "on ports of its own; drop --serve")
+    from vla.cluster import require_ray
+
+    require_ray("--workers")
+    if not args.env:
+        from robot_io.site import load_site
+        from vla.commands._bridge import is_simulated
+
+        site = load_site(args.robot)
+        if not is_simulated(site):
+            drivers = ", ".join(sorted({d.driver for d in site.devices.values()}))
+            raise ValueError(f"--workers: --robot {args.robot} is not a simulator ({drivers}); each worker runs a "
+                             "copy of a simulated site on ports of its own")
 
 
 def _temporal_ensemble(args) -> float | None:
@@ -82,8 +124,6 @@ def _temporal_ensemble(args) -> float | None:
 
 
 def run(args) -> int:
-    import json
-
     import torch
 
     from robot_io.robot import RobotClient
@@ -95,6 +135,7 @@ def run(args) -> int:
 
     if args.episodes <= 0:
         raise ValueError("--episodes must be positive")
+    _check_workers(args)
     if args.threads:
         torch.set_num_threads(args.threads)
     if args.env:
@@ -112,8 +153,29 @@ def run(args) -> int:
         if not 0 <= args.token <= k:
             raise ValueError(f"--token {args.token}: {ckpt} has behaviour tokens 0..{k} (0 = null; "
                              f"{'train one with `vla train --tokens`' if k == 0 else 'pick one of them'})")
+    if getattr(args, "workers", None) is not None:
+        return _run_workers(args, model, ckpt)
     if args.env:
         return _run_env(args, model, ckpt, make_env)
+    tasks = _tasks(args, ckpt, onnx)
+    run_root, out = _out_dir(args, ckpt)
+    site = load_site(args.robot)
+    with running_bridge(site, os.path.join(out, "bridge.log"), start=args.serve):
+        client = RobotClient(site)
+        try:
+            report = evaluate(model, client, tasks, args.episodes, out, seed_start=args.seed_start,
+                              exec_steps=args.exec_steps, videos=args.videos, instruction=args.instruction,
+                              control_hz=args.control_hz, temporal_ensemble=_temporal_ensemble(args),
+                              token=args.token)
+        finally:
+            client.close()
+    return _report(args, report, ckpt, run_root, out)
+
+
+def _tasks(args, ckpt: str, onnx: bool) -> list[str]:
+    """--task, or the sim tasks the checkpoint was trained on."""
+    import json
+
     tasks = args.tasks
     if not tasks and onnx:
         raise ValueError(f"give --task: {ckpt} is an exported graph, which does not record its sim tasks")
@@ -126,17 +188,32 @@ def run(args) -> int:
 
     for t in tasks:
         get_task(t)  # typos fail now, with a suggestion
+    return tasks
+
+
+def _run_workers(args, model, ckpt: str) -> int:
+    """``--workers N``: the episodes on N Ray actors, each with its own simulator (or ``--env``)."""
+    from vla.cluster import log_dir
+    from vla.evaluate import WorkerJob, evaluate_on_workers, make_policy
+    from vla.models.onnx_vla import is_onnx_file
+
+    te = _temporal_ensemble(args)
+    if args.env:
+        if args.tasks or args.instruction is not None:
+            raise ValueError("--task / --instruction are the sim tasks'; with --env the env decides them")
+        tasks = [args.env.split(":", 1)[1]]
+    else:
+        tasks = _tasks(args, ckpt, is_onnx_file(ckpt))
     run_root, out = _out_dir(args, ckpt)
-    site = load_site(args.robot)
-    with running_bridge(site, os.path.join(out, "bridge.log"), start=args.serve):
-        client = RobotClient(site)
-        try:
-            report = evaluate(model, client, tasks, args.episodes, out, seed_start=args.seed_start,
-                              exec_steps=args.exec_steps, videos=args.videos, instruction=args.instruction,
-                              control_hz=args.control_hz, temporal_ensemble=_temporal_ensemble(args),
-                              token=args.token)
-        finally:
-            client.close()
+    job = WorkerJob(checkpoint=os.path.abspath(ckpt), robot=args.robot, env=args.env, max_ticks=args.max_ticks,
+                    control_hz=args.control_hz, instruction=args.instruction, exec_steps=args.exec_steps,
+                    temporal_ensemble=te, token=args.token, threads=args.threads,
+                    logs=log_dir(os.path.join(out, "workers"), local=not args.ray_address))
+    exec_steps = make_policy(model, args.exec_steps, te, args.token).exec_steps
+    report = evaluate_on_workers(job, tasks, args.episodes, out, args.workers, exec_steps, seed_start=args.seed_start,
+                                 videos=args.videos, ray_address=args.ray_address)
+    if args.env:
+        report["env"] = args.env
     return _report(args, report, ckpt, run_root, out)
 
 

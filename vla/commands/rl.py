@@ -8,6 +8,7 @@ import os
 import sys
 
 from policies import DEFAULT_METHOD  # no torch: the registry imports no method
+from session.flags import UNSET
 
 
 def add_parser(sub, name: str, help_: str) -> None:
@@ -74,6 +75,19 @@ acts at its own rate instead of waiting for every round; the learner and the act
   vla rl --role actor --learner tcp://127.0.0.1:5800
 summary.json and episodes.jsonl give the update rounds the learner afforded (bench/rl_throughput.py).
 
+several actors (--actors N, Ray: `pip install -e .[scale]`): the learner in this process, N actors as Ray actors
+(a local Ray cluster, or the running one at --ray-address), each with its own simulator bridge on ports of its
+own (or its own real robot: --actor-robots SITE once per actor), streaming transitions to the learner, which
+pushes the parameters to all of them. Actor i plays the scenes of session episodes i, i + N, i + 2N, ...
+(disjoint seeds); the tick budget counts every actor's ticks; actor 0 runs the evaluations. An actor that dies
+is dropped (its unfinished episode is not counted) and the others go on; --resume continues with N new actors.
+  vla rl --actors 4 --method residual --checkpoint vla/checkpoints/base --task pick_blue_cube --out runs/res4
+  vla rl --actors 16 --ray-address auto --bind tcp://*:5800 --keys keys/ --updates async --checkpoint ... --out ...
+         # on a cluster (`ray start --head` here, `ray start --address HEAD:6379` on each node; this project and
+         # the checkpoint at the same paths on every node, keys/ too): the actors reach the learner on this machine
+  vla rl --actors 2 --actor-robots lab/franka_a.yaml --actor-robots lab/franka_b.yaml --reward classifier:... ...
+Actors' logs (and their bridges'): RUN/actors/ (a node's temp folder on another cluster).
+
 Rewards come from rewards/: the sim task's success predicate (1 at success, the episode ends), or on a
 real robot a success classifier trained with `vla reward train` (--reward classifier:DIR). Between
 real-robot episodes the arm goes home and the operator resets the scene and presses Enter (q stops,
@@ -111,6 +125,9 @@ s / f record their verdict on the last episode); no answer within --reset-timeou
                         "(default 30)")
     g.add_argument("--keys", metavar="DIR", help="CurveZMQ keys from `vla bridge keys --out DIR`")
     g.add_argument("--insecure", action="store_true", help="learner: bind off loopback without keys")
+    g.add_argument("--ray-address", default=None, metavar="ADDR",
+                   help="--actors: the Ray cluster to run them on (auto: the one started on this machine with "
+                        "`ray start --head`); default: a local Ray cluster for this session")
     p.set_defaults(run=run, session_flags=session_flags, method_flags=method_flags)
 
 
@@ -163,8 +180,31 @@ def _method_config(args, method: str):
 
 
 def _check_role_args(args) -> None:
-    if args.role != "learner" and (args.bind != "tcp://127.0.0.1:5800" or args.insecure):
-        raise ValueError("--bind and --insecure are for --role learner")
+    actors = getattr(args, "actors", None)
+    if actors is not None and actors is not UNSET:
+        if actors < 0:
+            raise ValueError(f"--actors must be >= 0 (0: act in this process), got {actors}")
+        if args.role != "local":
+            raise ValueError(f"--actors starts the actors as Ray actors from a session in this process: drop --role "
+                             f"{args.role} (one learner, one actor per process is --role learner / actor)")
+    resumed = _resumed_actors(args.resume) if args.resume else 0
+    if resumed and args.role != "local":
+        raise ValueError(f"--resume {args.resume}: that session runs with {resumed} Ray actors; resume it with "
+                         f"`vla rl --resume {args.resume}` (no --role)")
+    pool = bool(actors) or resumed > 0
+    if getattr(args, "ray_address", None) and not pool:
+        raise ValueError("--ray-address names the Ray cluster of --actors N: give --actors too")
+    if getattr(args, "actor_robots", None) and not actors:
+        raise ValueError("--actor-robots gives each of --actors N its robot: give --actors too")
+    if pool:
+        from vla.cluster import require_ray
+
+        require_ray("--actors")
+        if args.serve != "auto":
+            raise ValueError(f"--serve {args.serve}: with --actors each actor starts the bridge of its own copy of a "
+                             "simulated --robot (a real robot's bridge runs next to it); drop --serve")
+    if args.role != "learner" and not pool and (args.bind != "tcp://127.0.0.1:5800" or args.insecure):
+        raise ValueError("--bind and --insecure are for --role learner (or --actors)")
     if args.role != "actor" and args.learner:
         raise ValueError("--learner is for --role actor (the learner itself takes --bind)")
     if args.role == "actor":
@@ -173,18 +213,29 @@ def _check_role_args(args) -> None:
         given = [f"--{n}" for n in ("task", "out", "resume", "demos", "env") if getattr(args, n)]
         if given:
             raise ValueError(f"the actor takes the session from the learner: give {', '.join(given)} to the learner")
-    if args.role == "local" and args.keys:
-        raise ValueError("--keys is for --role learner / actor")
-    if args.role != "local" and getattr(args, "total_episodes", None):
+    if args.role == "local" and args.keys and not pool:
+        raise ValueError("--keys is for --role learner / actor (or --actors)")
+    if (args.role != "local" or pool) and getattr(args, "total_episodes", None):
         raise ValueError("--total-episodes is for in-process sessions (--role local); a split session's budget is "
                          "--total-ticks")
-    if args.role != "local" and not args.resume:
+    if (args.role != "local" or pool) and not args.resume:
         from policies import get_method
 
         method = args.method or DEFAULT_METHOD
         reason = get_method(method)[0].split_refusal(_method_config(args, method))
         if reason:
             raise ValueError(reason)
+
+
+def _resumed_actors(run_dir: str) -> int:
+    """The actors of the session in ``run_dir`` (0 when it ran in one process, or there is none)."""
+    import json
+
+    try:
+        with open(os.path.join(run_dir, "rl_config.json")) as f:
+            return int(json.load(f).get("actors", 0))
+    except (OSError, ValueError):
+        return 0
 
 
 def _new_config(args):
@@ -279,15 +330,32 @@ def run(args) -> int:
         if not os.path.isfile(cfg_path):
             raise FileNotFoundError(f"--resume {args.resume}: no rl_config.json there (not an RL session)")
         cfg = RLConfig.from_json(cfg_path)
-        total = given(args, args.session_flags).get("total_ticks")
+        typed = given(args, args.session_flags)
+        total = typed.get("total_ticks")
         if total is not None and total > cfg.total_ticks:
             cfg = dataclasses.replace(cfg, total_ticks=total)
+        if "actors" in typed and typed["actors"] != cfg.actors:
+            raise ValueError(f"--actors {typed['actors']}: {args.resume} runs with {cfg.actors} actor(s) (their "
+                             "scenes are split by that number); resume it with the same")
     else:
         cfg = _new_config(args)
-    if args.role == "local" and cfg.updates != "lockstep":
+    if cfg.actors:
+        from session.pool import check_pool
+
+        check_pool(cfg)  # before the VLA loads
+    if args.role == "local" and cfg.updates != "lockstep" and not cfg.actors:
         raise ValueError(f"--updates {cfg.updates} runs the learner in its own process: start the session with "
                          "`vla rl --role learner ...` and its actor with `vla rl --role actor --learner ENDPOINT`")
     vla = load_vla(resolve_checkpoint(cfg.checkpoint))
+    if cfg.actors:
+        from session.pool import run_pool
+        from session.protocol import curve_keys
+
+        summary = run_pool(cfg, vla, make_env, resume=bool(args.resume), ray_address=args.ray_address,
+                           bind=None if args.bind == "tcp://127.0.0.1:5800" else args.bind,
+                           keys=curve_keys(args.keys), insecure=args.insecure)
+        _print_summary(cfg, summary)
+        return 0
     if args.role == "learner":
         from session.learner import run_learner
         from session.protocol import curve_keys
