@@ -272,12 +272,9 @@ def plot(res: dict, path: pathlib.Path) -> None:
     fig.tight_layout()
     fig.savefig(str(path) + ".tmp.png", dpi=90)
     plt.close(fig)
-    try:
-        from PIL import Image
+    from PIL import Image  # matplotlib's own dependency
 
-        Image.open(str(path) + ".tmp.png").convert("RGB").quantize(64).save(str(path) + ".tmp.png")
-    except ImportError:
-        pass
+    Image.open(str(path) + ".tmp.png").convert("RGB").quantize(64).save(str(path) + ".tmp.png")  # a 64-colour PNG
     os.replace(str(path) + ".tmp.png", path)
 
 

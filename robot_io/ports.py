@@ -23,6 +23,7 @@ import os
 import random
 import socket
 import tempfile
+import warnings
 
 LOCK_DIR = os.path.join(tempfile.gettempdir(), "vla-ports")
 LOW = 20_000
@@ -90,8 +91,8 @@ class PortLease:
         for fd in self._locks:
             try:
                 os.close(fd)
-            except OSError:
-                pass
+            except OSError as e:  # release runs on the way out of errors too: say so, free the others
+                warnings.warn(f"port lease: could not close lock file descriptor {fd}: {e}", RuntimeWarning)
         self._locks.clear()
 
     def __enter__(self) -> "PortLease":

@@ -395,6 +395,24 @@ class Actor:
                                  total_ticks=s.ticks, successes=int(ev["successes"]), episodes=int(ev["episodes"]),
                                  max_episode_ticks=int(s.max_ticks), params_version=self.params_version)))
 
+    def run_on_robot(self, vla, client, make_env: Callable[[], Any], progress: bool = True) -> dict[str, Any]:
+        """``prepare`` + ``run`` on the robot behind ``client`` (``make_env()`` builds the env over it). When the
+        learner goes away the robot is put in its safe state at once, not only when the bridge's watchdog fires;
+        ``client`` is closed in every case."""
+        from robot_io.client import BridgeError
+
+        try:
+            self.prepare(vla, make_env(), progress=progress)
+            return self.run(progress=progress)
+        except LearnerGone:
+            try:
+                client.stop()
+            except BridgeError as e:
+                print(f"actor: could not stop the robot: {e}", flush=True)
+            raise
+        finally:
+            client.close()
+
     def run(self, progress: bool = True) -> dict[str, Any]:
         """Act until the session's tick budget is spent, then the final evaluation (or, one of several
         actors that does not evaluate, wait for the session's end). -> a summary."""

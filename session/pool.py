@@ -52,10 +52,8 @@ class ActorProcess:
                 raise
 
     def _run(self, name: str) -> dict[str, Any]:
-        from robot_io.client import BridgeError
         from robot_io.robot import RobotClient
         from session.actor import Actor
-        from session.protocol import LearnerGone
         from vla.cluster import worker_robot
         from vla.models import load_vla
         from vla.train import resolve_checkpoint
@@ -71,17 +69,7 @@ class ActorProcess:
                 return actor.run(progress=False)
             with worker_robot(self.robot, self.logs, name) as site:
                 client = RobotClient(site)
-                try:
-                    actor.prepare(vla, self.make_env(cfg, client), progress=False)
-                    return actor.run(progress=False)
-                except LearnerGone:
-                    try:
-                        client.stop()  # the robot's safe state now, not only when the bridge's watchdog fires
-                    except BridgeError as e:
-                        print(f"actor: could not stop the robot: {e}", flush=True)
-                    raise
-                finally:
-                    client.close()
+                return actor.run_on_robot(vla, client, lambda: self.make_env(cfg, client), progress=False)
         finally:
             actor.close()
 

@@ -402,12 +402,11 @@ def run_actor(args) -> int:
     import json
     import tempfile
 
-    from robot_io.client import BridgeError
     from robot_io.robot import RobotClient
     from robot_io.site import load_site
     from session.actor import Actor, ActorConfig
     from session.flags import given
-    from session.protocol import LearnerGone, curve_keys
+    from session.protocol import curve_keys
     from vla.commands._bridge import running_bridge
     from vla.models import load_vla
     from vla.train import resolve_checkpoint
@@ -429,17 +428,7 @@ def run_actor(args) -> int:
         log_path = os.path.join(tempfile.gettempdir(), f"vla-rl-actor-{os.getpid()}-bridge.log")
         with running_bridge(site, log_path, start=args.serve):
             client = RobotClient(site)
-            try:
-                actor.prepare(vla, make_sim_env(cfg, client))
-                summary = actor.run()
-            except LearnerGone:
-                try:
-                    client.stop()  # the robot's safe state now, not only when the bridge's watchdog fires
-                except BridgeError as e:
-                    print(f"actor: could not stop the robot: {e}", flush=True)
-                raise
-            finally:
-                client.close()
+            summary = actor.run_on_robot(vla, client, lambda: make_sim_env(cfg, client))
     finally:
         actor.close()
     print(json.dumps(summary))
