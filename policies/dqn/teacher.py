@@ -26,6 +26,11 @@ class Tracker(Protocol):
 
     def clone(self) -> "Tracker": ...
 
+    def features(self, ram: np.ndarray) -> np.ndarray:
+        """The RAM quantities the tracker reads (ball and paddle positions), scaled to about [-1, 1]:
+        auxiliary training targets for the student (``policies.dqn.bc``), never its input."""
+        ...
+
 
 def _reflect(y: float, lo: float, hi: float) -> float:
     span = hi - lo
@@ -53,6 +58,9 @@ class PongTracker:
         c = PongTracker(self.offset, self.band)
         c.ball, c.paddle = self.ball, self.paddle
         return c
+
+    def features(self, ram: np.ndarray) -> np.ndarray:
+        return np.asarray([ram[49], ram[54], ram[51]], np.float32) / 128.0 - 1.0  # ball x, ball y, paddle y
 
     def target(self, ram: np.ndarray) -> float:
         bx, by = int(ram[49]), int(ram[54])
@@ -98,6 +106,9 @@ class BreakoutTracker:
         c = BreakoutTracker(self.offset, self.band)
         c.ball = self.ball
         return c
+
+    def features(self, ram: np.ndarray) -> np.ndarray:
+        return np.asarray([ram[99], ram[101], ram[72]], np.float32) / 128.0 - 1.0  # ball x, ball y, paddle x
 
     def __call__(self, ram: np.ndarray) -> int:
         bx, by = int(ram[99]), int(ram[101])
