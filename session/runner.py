@@ -45,6 +45,7 @@ import numpy as np
 import torch
 
 from session.config import RLConfig
+from vla.data.atomic import atomic_write_bytes
 from vla.envs import VLAPolicy, episode_noise, step_chunk
 from vla.operator_reset import OperatorStop
 
@@ -528,8 +529,8 @@ def write_summary(sess: Session, base_rate: float | None, final: dict[str, Any] 
                "update_diagnostics": update_diagnostics(sess.cfg.out),
                "safety": None if sess.safety is None else sess.safety.describe(),
                **({"agent": a} if (a := sess.agent.summarize(sess.cfg.out)) else {}), **extra}
-    with open(os.path.join(sess.cfg.out, "summary.json"), "w") as f:
-        json.dump(summary, f, indent=2)
+    # atomically: a kill while it is written leaves the previous summary (or none), never half of one
+    atomic_write_bytes(os.path.join(sess.cfg.out, "summary.json"), json.dumps(summary, indent=2).encode())
     return summary
 
 

@@ -180,8 +180,9 @@ def run(args) -> int:
     summary = {"site": site.name, "steps": int(step), "control_hz": args.control_hz, "loop": loop,
                "final_tracking_error_m": final_err, "step_tracking_error_m_p50": float(np.median(track)),
                "step_tracking_error_m_max": float(track.max()), "frames": len(os.listdir(os.path.join(run_dir, "frames")))}
-    with open(os.path.join(run_dir, "summary.json"), "w") as f:
-        json.dump(summary, f, indent=2)
+    from vla.data.atomic import atomic_write_bytes
+
+    atomic_write_bytes(os.path.join(run_dir, "summary.json"), json.dumps(summary, indent=2).encode())
     print(f"\nrun directory: {run_dir}")
     print(f"  frames:       {os.path.join(run_dir, 'frames')} ({summary['frames']} PNG)")
     print(f"  ee plot:      {plot_path}")
