@@ -5,7 +5,10 @@ the emulated rig, with each of the rig's failure sources switched off in turn, a
 1. **Agent** (per game and seed): a pixel policy (the Nature CNN, ``policies.dqn``) cloned from a
    PRIVILEGED RAM teacher (``policies.dqn.teacher``: it reads ball and paddle from the emulator's
    RAM; labelled as such, never scored) with DAgger rounds, all in pure emulation (``AleEnv``):
-   ``policies.dqn.bc.dagger``.
+   ``policies.dqn.bc.dagger``; every round plays 5% random keys as the evaluation does (labels stay
+   the teacher's, ``--collect-epsilon``) and a training-only head regresses the teacher's RAM ball and
+   paddle positions from the student's hidden layer (``--aux-weight``). Each round's student is
+   scored by the games it plays to collect the next round (epsilon-greedy, emulation): the budget curve.
 2. **Gap**: the agent plays ``--eval-games`` games (epsilon ``--epsilon``, Nature's 5-minute cap of
    18000 frames) in emulation and through the emulated rig (``hardware.virtual_rig.VirtualRig``: the
    four-process rig's screen, camera and key path on a simulated clock, its noise the sim-rig
@@ -148,13 +151,15 @@ def train_agent(job: dict) -> dict:
     b = job["bc"]
     if how == "emulation":
         cfg = BCConfig(rounds=b["rounds"], round0_steps=b["round0_steps"], round_steps=b["round_steps"],
-                       train_steps=b["train_steps"], batch_size=b["batch_size"], learning_rate=b["lr"], seed=seed)
+                       train_steps=b["train_steps"], batch_size=b["batch_size"], learning_rate=b["lr"],
+                       epsilon=b.get("collect_epsilon", 0.0), aux_weight=b.get("aux_weight", 0.0), seed=seed)
         agent, rounds = dagger(lambda s: make_env(game, "emulation", s, b["episode_steps"]),
                                lambda: make_teacher(game), cfg, out=run, progress=False, log=lambda m: None)
     else:
         start = DQN.from_checkpoint(job["from"])
         cfg = BCConfig(rounds=b["fix_rounds"], round_steps=b["round_steps"], train_steps=b["train_steps"],
-                       batch_size=b["batch_size"], learning_rate=b["fix_lr"], seed=seed + 100)
+                       batch_size=b["batch_size"], learning_rate=b["fix_lr"],
+                       epsilon=b.get("collect_epsilon", 0.0), aux_weight=b.get("aux_weight", 0.0), seed=seed + 100)
         if how == "dagger-rig":
             env_fn = lambda s: make_env(game, "rig", s, b["episode_steps"])  # noqa: E731
         else:
@@ -248,7 +253,8 @@ def plot(res: dict, path: pathlib.Path) -> None:
     import matplotlib.pyplot as plt
 
     games = list(res["games"])
-    fig, axes = plt.subplots(1, len(games), figsize=(6.5 * len(games), 4.2), squeeze=False)
+    fig, axes = plt.subplots(2, len(games), figsize=(6.5 * len(games), 8.0), squeeze=False,
+                             gridspec_kw={"height_ratios": [1.2, 1]})
     for ax, g in zip(axes[0], games):
         t = res["games"][g]["table"]
         names, vals, errs, cols = [], [], [], []
@@ -256,7 +262,8 @@ def plot(res: dict, path: pathlib.Path) -> None:
         for key, col in ([(f"emulation@{c}", colour.get(c, "tab:orange")) for c in CONDITIONS]
                          + [(f"{fx}@rig", "tab:green") for fx in FIXES]):
             if key in t:
-                names.append(key.replace("emulation@", "").replace("@rig", " (fix) on rig"))
+                names.append(key.replace("emulation@", "").replace("@rig", " (fix) on rig")
+                             + f" [{len(t[key]['seeds'])}s]")
                 vals.append(t[key]["human_normalised"])
                 errs.append(t[key]["hn_seed_std"] or 0.0)
                 cols.append(col)
@@ -268,7 +275,42 @@ def plot(res: dict, path: pathlib.Path) -> None:
         ax.axhline(50, color="gray", ls=":", lw=1)
         ax.axhline(0, color="gray", lw=1)
         ax.set_ylabel("human-normalised score (%)")
-        ax.set_title(f"{g}: BC+DAgger agent, emulation vs emulated rig")
+        ax.set_title(f"{g}: BC+DAgger agent, emulation vs emulated rig ([Ns]: seeds; bars: seed std)", fontsize=9)
+    # the budget curve: each DAgger round's student as it played that round's games (epsilon-greedy as
+    # the evaluation, in emulation), against the labelled samples it was trained on
+    for ax, g in zip(axes[1], games):
+        start = {tr["seed"]: tr["rounds"][-1]["samples"] for tr in res["training"]
+                 if tr["game"] == g and tr["how"] == "emulation" and tr["rounds"]}
+        for tr in res["training"]:
+            if tr["game"] != g or not tr["rounds"]:
+                continue
+            if tr["how"] != "emulation":  # a fix's rounds, on the rig (or randomised rigs): after the emulation agent's
+                x0 = start.get(tr["seed"], 0)
+                pts = [(x0 + (tr["rounds"][i - 1]["samples"] if i else 0), human_normalised(g, r["mean_score"]))
+                       for i, r in enumerate(tr["rounds"]) if r["mean_score"] is not None]
+                fin = [x["human_normalised"] for x in res["scores"] if x["game"] == g and x["seed"] == tr["seed"]
+                       and x["agent"] == tr["how"] and x["condition"] == "rig"]
+                if pts:
+                    line, = ax.plot(*zip(*pts), marker=".", ls="--", label=f"{tr['how']} seed {tr['seed']} (its env)")
+                    if fin:
+                        ax.plot([x0 + tr["rounds"][-1]["samples"]], fin, marker="*", ms=12, color=line.get_color())
+                continue
+            pts = [(tr["rounds"][i - 1]["samples"], human_normalised(g, r["mean_score"]))
+                   for i, r in enumerate(tr["rounds"]) if i > 0 and r["mean_score"] is not None]
+            final = [x["human_normalised"] for x in res["scores"] if x["game"] == g and x["seed"] == tr["seed"]
+                     and x["agent"] == "emulation" and x["condition"] == "emulation"]
+            if pts:
+                line, = ax.plot(*zip(*pts), marker="o", label=f"seed {tr['seed']}")
+                if final:  # the final student's evaluation games, at the samples of its last round
+                    ax.plot([tr["rounds"][-1]["samples"]], final, marker="*", ms=12, color=line.get_color())
+        ax.axhline(50, color="gray", ls=":", lw=1)
+        ax.axhline(0, color="gray", lw=1)
+        ax.set_xlabel("labelled samples the student was trained on")
+        ax.set_ylabel("human-normalised (%)")
+        ax.set_title(f"{g}, budget: each round's student in its own games (solid: emulation, dashed: a fix's env); "
+                     "stars: evaluation", fontsize=8)
+        if ax.get_legend_handles_labels()[0]:
+            ax.legend(fontsize=8)
     fig.tight_layout()
     fig.savefig(str(path) + ".tmp.png", dpi=90)
     plt.close(fig)
@@ -286,7 +328,13 @@ def main(argv=None) -> int:
     ap.add_argument("--games", nargs="+", default=["pong", "breakout"], choices=sorted(CONSTANTS))
     ap.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2], help="agent seeds (default 0 1 2)")
     ap.add_argument("--conditions", nargs="+", default=list(CONDITIONS), choices=CONDITIONS)
+    ap.add_argument("--ablation-seeds", nargs="*", type=int, default=None,
+                    help="seeds whose emulation agent is also scored with each failure source off (default: every "
+                         "seed); the others get emulation and rig only")
     ap.add_argument("--fixes", nargs="*", default=list(FIXES), choices=FIXES)
+    ap.add_argument("--fix-conditions", nargs="+", default=["rig", "emulation"], choices=["rig", "emulation"],
+                    help="where the fixes are scored (default rig emulation: emulation shows what extra training "
+                         "alone did)")
     ap.add_argument("--eval-games", type=int, default=10, help="games per agent and condition (default 10)")
     ap.add_argument("--max-steps", type=int, default=4500,
                     help="cut a game at this many decisions (default 4500 = 18000 frames, Nature's 5 minutes)")
@@ -297,6 +345,12 @@ def main(argv=None) -> int:
     ap.add_argument("--train-steps", type=int, default=3000, help="gradient steps after each round (default 3000)")
     ap.add_argument("--batch-size", type=int, default=32)
     ap.add_argument("--lr", type=float, default=2.5e-4, help="learning rate of the emulation agent's rounds")
+    ap.add_argument("--collect-epsilon", type=float, default=0.05,
+                    help="random actions while collecting every round, labels still the teacher's (default 0.05: "
+                         "the evaluation's epsilon; 0: off)")
+    ap.add_argument("--aux-weight", type=float, default=1.0,
+                    help="weight of the training-only auxiliary loss that reads the teacher's RAM ball and paddle "
+                         "positions out of the student's hidden layer (default 1; 0: off)")
     ap.add_argument("--fix-rounds", type=int, default=2, help="DAgger rounds of each fix (default 2)")
     ap.add_argument("--fix-lr", type=float, default=2.5e-4, help="learning rate of the fixes' rounds")
     ap.add_argument("--jobs", type=int, default=1, help="processes (one thread each; default 1)")
@@ -316,6 +370,10 @@ def main(argv=None) -> int:
         bc = dict(rounds=args.rounds, round0_steps=args.round0_steps, round_steps=args.round_steps,
                   train_steps=args.train_steps, batch_size=args.batch_size, lr=args.lr, episode_steps=args.max_steps,
                   fix_rounds=args.fix_rounds, fix_lr=args.fix_lr)
+        if args.collect_epsilon:  # absent when 0: the agents trained before this setting keep their budget tag
+            bc["collect_epsilon"] = args.collect_epsilon
+        if args.aux_weight:
+            bc["aux_weight"] = args.aux_weight
         work = args.work or str(ROOT / "runs" / "rig_gap")
     threads = 1 if args.jobs > 1 else 2  # training; acting and scoring always run on one thread
     progress = not args.quick
@@ -323,10 +381,14 @@ def main(argv=None) -> int:
 
     import hashlib
 
-    tag = hashlib.sha1(json.dumps(bc, sort_keys=True).encode()).hexdigest()[:8]  # another budget, another agent
+    def _tag(d):  # another budget, another agent
+        return hashlib.sha1(json.dumps(d, sort_keys=True).encode()).hexdigest()[:8]
+
+    tag = _tag(bc)
+    emulation_tag = _tag({k: v for k, v in bc.items() if not k.startswith("fix_")})  # a fix's budget: not its start
 
     def run_dir(g, s, how):
-        return os.path.join(work, g, f"seed{s}", f"{how}-{tag}")
+        return os.path.join(work, g, f"seed{s}", f"{how}-{emulation_tag if how == 'emulation' else tag}")
 
     base = [dict(game=g, seed=s, how="emulation", run=run_dir(g, s, "emulation"), bc=bc, threads=threads)
             for g in args.games for s in args.seeds]
@@ -339,12 +401,18 @@ def main(argv=None) -> int:
     for g in args.games:
         for s in args.seeds:
             for agent in ("emulation", *args.fixes):
-                conds = args.conditions if agent == "emulation" else [c for c in ("rig", "emulation")]
+                conds = args.conditions if agent == "emulation" else args.fix_conditions
+                if agent == "emulation" and args.ablation_seeds is not None and s not in args.ablation_seeds:
+                    conds = [c for c in conds if c in ("emulation", "rig")]
                 for c in conds:
                     name = f"{c}-g{args.eval_games}-m{args.max_steps}-e{args.epsilon}.json"
                     jobs.append(dict(game=g, seed=s, agent=agent, condition=c, run=run_dir(g, s, agent),
                                      games=args.eval_games, max_steps=args.max_steps, epsilon=args.epsilon,
                                      threads=threads, path=os.path.join(run_dir(g, s, agent), "scores", name)))
+    # the headline first (emulation and rig of every agent), then the fixes on the rig, then the ablation:
+    # a run cut short leaves the most important scores in --work
+    jobs.sort(key=lambda j: (j["condition"] not in ("emulation", "rig"), j["agent"] != "emulation",
+                             j["condition"] != "rig"))
     for j in jobs:
         os.makedirs(os.path.dirname(j["path"]), exist_ok=True)
     scores = _pool_map(score_agent, jobs, args.jobs, "scoring", progress)
@@ -358,10 +426,11 @@ def main(argv=None) -> int:
         "constants": {**CONSTANTS, "source": "Mnih et al. 2015, Nature 518, Extended Data Table 2"},
         "teacher": "PRIVILEGED: RAM tracker (policies.dqn.teacher); labels only, never scored",
         "seeds": args.seeds, "eval_games": args.eval_games, "max_steps": args.max_steps, "epsilon": args.epsilon,
-        "bc": bc, "budget_tag": tag, "rig_noise": dataclasses.asdict(RigNoise()),
+        "bc": bc, "budget_tag": tag, "emulation_budget_tag": emulation_tag, "rig_noise": dataclasses.asdict(RigNoise()),
         "training": [{k: t[k] for k in ("game", "seed", "how", "wall_s")} | {
             "rounds": [{k: r[k] for k in ("round", "player", "samples", "mean_score", "student_agrees", "loss",
-                                          "accuracy")} for r in t["rounds"]]} for t in trained],
+                                          "accuracy")} | ({"aux_loss": r["aux_loss"]} if "aux_loss" in r else {})
+                       for r in t["rounds"]]} for t in trained],
         "games": summarise(args.games, scores),
         "scores": scores,
     }
