@@ -279,6 +279,10 @@ def plot(res: dict, path: pathlib.Path) -> None:
     # the budget curve: each DAgger round's student as it played that round's games (epsilon-greedy as
     # the evaluation, in emulation), against the labelled samples it was trained on
     for ax, g in zip(axes[1], games):
+        def evaluated(seed, agent, condition, g=g):
+            return [x["human_normalised"] for x in res["scores"]
+                    if (x["game"], x["seed"], x["agent"], x["condition"]) == (g, seed, agent, condition)]
+
         start = {tr["seed"]: tr["rounds"][-1]["samples"] for tr in res["training"]
                  if tr["game"] == g and tr["how"] == "emulation" and tr["rounds"]}
         for tr in res["training"]:
@@ -288,8 +292,7 @@ def plot(res: dict, path: pathlib.Path) -> None:
                 x0 = start.get(tr["seed"], 0)
                 pts = [(x0 + (tr["rounds"][i - 1]["samples"] if i else 0), human_normalised(g, r["mean_score"]))
                        for i, r in enumerate(tr["rounds"]) if r["mean_score"] is not None]
-                fin = [x["human_normalised"] for x in res["scores"] if x["game"] == g and x["seed"] == tr["seed"]
-                       and x["agent"] == tr["how"] and x["condition"] == "rig"]
+                fin = evaluated(tr["seed"], tr["how"], "rig")
                 if pts:
                     line, = ax.plot(*zip(*pts), marker=".", ls="--", label=f"{tr['how']} seed {tr['seed']} (its env)")
                     if fin:
@@ -297,8 +300,7 @@ def plot(res: dict, path: pathlib.Path) -> None:
                 continue
             pts = [(tr["rounds"][i - 1]["samples"], human_normalised(g, r["mean_score"]))
                    for i, r in enumerate(tr["rounds"]) if i > 0 and r["mean_score"] is not None]
-            final = [x["human_normalised"] for x in res["scores"] if x["game"] == g and x["seed"] == tr["seed"]
-                     and x["agent"] == "emulation" and x["condition"] == "emulation"]
+            final = evaluated(tr["seed"], "emulation", "emulation")
             if pts:
                 line, = ax.plot(*zip(*pts), marker="o", label=f"seed {tr['seed']}")
                 if final:  # the final student's evaluation games, at the samples of its last round
@@ -370,11 +372,11 @@ def main(argv=None) -> int:
         bc = dict(rounds=args.rounds, round0_steps=args.round0_steps, round_steps=args.round_steps,
                   train_steps=args.train_steps, batch_size=args.batch_size, lr=args.lr, episode_steps=args.max_steps,
                   fix_rounds=args.fix_rounds, fix_lr=args.fix_lr)
-        if args.collect_epsilon:  # absent when 0: the agents trained before this setting keep their budget tag
-            bc["collect_epsilon"] = args.collect_epsilon
-        if args.aux_weight:
-            bc["aux_weight"] = args.aux_weight
         work = args.work or str(ROOT / "runs" / "rig_gap")
+    if args.collect_epsilon:  # absent when 0: the agents trained before this setting keep their budget tag
+        bc["collect_epsilon"] = args.collect_epsilon
+    if args.aux_weight:
+        bc["aux_weight"] = args.aux_weight
     threads = 1 if args.jobs > 1 else 2  # training; acting and scoring always run on one thread
     progress = not args.quick
     t0 = time.time()
