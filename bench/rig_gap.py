@@ -21,7 +21,14 @@ the emulated rig, with each of the rig's failure sources switched off in turn, a
    while the agent sees the camera: fine-tuning on the rig with a teacher, ``--fix-rounds``);
    ``dr``: DAgger rounds in emulation of the rig with each episode's noise drawn at random (domain
    randomisation over the same sources: latency x U(0, 2), blur / noise x U(0, 2), tilt x U(0, 1.5),
-   exposure U(0.7, 1.3), flicker x U(0, 3), jitter x U(0, 3)).
+   exposure U(0.7, 1.3), flicker x U(0, 3), jitter x U(0, 3));
+   ``dagger-rig-history``: ``dagger-rig`` with a delay-aware student that also reads its own last
+   ``--fix-history`` actions (``DQNConfig.action_history``; widened from the emulation agent with zero
+   weights, so it starts as that agent): the rig's picture is ~57 ms old, about one decision, and
+   predates the last key, which the teacher's present-state label depends on;
+   ``dagger-rig-cotrain``: ``dagger-rig-history`` co-trained with ``--fix-cotrain`` emulation decisions
+   (the emulation agent plays them once, the teacher labels; half of every batch): the rounds hold
+   5-10 thousand rig samples, the agent learnt the game from 50 thousand or more.
 
 Scores are human-normalised, 100 * (score - random) / (human - random), with the constants of
 Mnih et al. 2015 (Nature 518, Extended Data Table 2): Pong random -20.7, human 9.3; Breakout
@@ -58,7 +65,7 @@ import numpy as np  # noqa: E402
 CONSTANTS = {"pong": {"random": -20.7, "human": 9.3}, "breakout": {"random": 1.7, "human": 31.8}}
 SOURCES = ("latency", "jitter", "perspective", "blur_noise", "lighting")
 CONDITIONS = ("emulation", "rig", *(f"rig-no-{s}" for s in SOURCES), "rig-clean")
-FIXES = ("dagger-rig", "dr")
+FIXES = ("dagger-rig", "dr", "dagger-rig-history", "dagger-rig-cotrain")
 
 
 def human_normalised(game: str, score: float) -> float:
@@ -134,7 +141,7 @@ def _write_json(obj, path: str) -> None:
 
 
 def train_agent(job: dict) -> dict:
-    """Train (or find) one agent: ``how`` = emulation | dagger-rig | dr."""
+    """Train (or find) one agent: ``how`` = emulation | dagger-rig | dr | dagger-rig-history."""
     import torch
 
     from policies.dqn.bc import BCConfig, dagger
@@ -159,13 +166,16 @@ def train_agent(job: dict) -> dict:
         start = DQN.from_checkpoint(job["from"])
         cfg = BCConfig(rounds=b["fix_rounds"], round_steps=b["round_steps"], train_steps=b["train_steps"],
                        batch_size=b["batch_size"], learning_rate=b["fix_lr"],
-                       epsilon=b.get("collect_epsilon", 0.0), aux_weight=b.get("aux_weight", 0.0), seed=seed + 100)
-        if how == "dagger-rig":
+                       epsilon=b.get("collect_epsilon", 0.0), aux_weight=b.get("aux_weight", 0.0), seed=seed + 100,
+                       action_history=job.get("history", 0) if how in ("dagger-rig-history", "dagger-rig-cotrain")
+                       else 0, cotrain_steps=job.get("cotrain", 0) if how == "dagger-rig-cotrain" else 0)
+        if how in ("dagger-rig", "dagger-rig-history", "dagger-rig-cotrain"):
             env_fn = lambda s: make_env(game, "rig", s, b["episode_steps"])  # noqa: E731
         else:
             env_fn = lambda s: RandomisedRig(game, s, b["episode_steps"])  # noqa: E731
         agent, rounds = dagger(env_fn, lambda: make_teacher(game), cfg, out=run, agent=start, progress=False,
-                               log=lambda m: None)
+                               log=lambda m: None,
+                               cotrain_env=lambda s: make_env(game, "emulation", s, b["episode_steps"]))
     out = {"game": game, "seed": seed, "how": how, "wall_s": round(time.time() - t0, 1), "rounds": rounds}
     _write_json(out, done)
     return out
@@ -190,6 +200,26 @@ def score_agent(job: dict) -> dict:
                human_normalised=human_normalised(job["game"], ev["mean"]), wall_s=round(time.time() - t0, 1))
     _write_json(out, path)
     return out
+
+
+def parse_rounds(items: list[str]) -> tuple[int, dict[str, int]]:
+    """``--rounds``: ``N`` and / or ``GAME=N`` items -> (the default count, {game: count})."""
+    default, per_game = None, {}
+    for it in items:
+        game, _, n = it.rpartition("=")
+        try:
+            v = int(n)
+        except ValueError:
+            raise ValueError(f"--rounds: {it!r} is neither N nor GAME=N") from None
+        if v < 0:
+            raise ValueError(f"--rounds: {it!r} is negative")
+        if not game:
+            default = v
+        elif game not in CONSTANTS:
+            raise ValueError(f"--rounds: no game {game!r} (there are {', '.join(sorted(CONSTANTS))})")
+        else:
+            per_game[game] = v
+    return (3 if default is None else default), per_game
 
 
 def _pool_map(fn, jobs: list, n: int, desc: str, progress: bool):
@@ -341,7 +371,9 @@ def main(argv=None) -> int:
     ap.add_argument("--max-steps", type=int, default=4500,
                     help="cut a game at this many decisions (default 4500 = 18000 frames, Nature's 5 minutes)")
     ap.add_argument("--epsilon", type=float, default=0.05, help="evaluation epsilon (default 0.05, as Nature)")
-    ap.add_argument("--rounds", type=int, default=3, help="DAgger rounds in emulation after the teacher's (default 3)")
+    ap.add_argument("--rounds", nargs="+", default=["3"], metavar="N|GAME=N",
+                    help="DAgger rounds in emulation after the teacher's (default 3); GAME=N gives one game its own "
+                         "count, e.g. --rounds 7 pong=9 (the other games' agents keep their cache)")
     ap.add_argument("--round0-steps", type=int, default=15_000, help="teacher decisions in round 0 (default 15000)")
     ap.add_argument("--round-steps", type=int, default=5000, help="student decisions per DAgger round (default 5000)")
     ap.add_argument("--train-steps", type=int, default=3000, help="gradient steps after each round (default 3000)")
@@ -355,21 +387,30 @@ def main(argv=None) -> int:
                          "positions out of the student's hidden layer (default 1; 0: off)")
     ap.add_argument("--fix-rounds", type=int, default=2, help="DAgger rounds of each fix (default 2)")
     ap.add_argument("--fix-lr", type=float, default=2.5e-4, help="learning rate of the fixes' rounds")
+    ap.add_argument("--fix-history", type=int, default=2,
+                    help="last actions the dagger-rig-history / -cotrain student reads beside the pictures (default 2)")
+    ap.add_argument("--fix-cotrain", type=int, default=20_000,
+                    help="emulation decisions dagger-rig-cotrain trains on beside the rig's (default 20000)")
     ap.add_argument("--jobs", type=int, default=1, help="processes (one thread each; default 1)")
     ap.add_argument("--work", default=None, help="agents and scores (default runs/rig_gap; quick: a temp dir)")
     ap.add_argument("--out", type=pathlib.Path, default=ROOT / "bench" / "results")
     ap.add_argument("--name", default="rig_gap", help="result file name: OUT/NAME.json and .png (default rig_gap)")
     args = ap.parse_args(argv)
-    if args.eval_games < 1 or args.max_steps < 1 or args.jobs < 1:
-        ap.error("--eval-games, --max-steps and --jobs must be >= 1")
+    if args.eval_games < 1 or args.max_steps < 1 or args.jobs < 1 or args.fix_history < 1 or args.fix_cotrain < 1:
+        ap.error("--eval-games, --max-steps, --jobs, --fix-history and --fix-cotrain must be >= 1")
+    try:
+        default_rounds, game_rounds = parse_rounds(args.rounds)
+    except ValueError as e:
+        ap.error(str(e))
     tmp = tempfile.TemporaryDirectory(prefix="rig-gap-")
     if args.quick:
         bc = dict(rounds=1, round0_steps=300, round_steps=150, train_steps=20, batch_size=16, lr=args.lr,
                   episode_steps=200, fix_rounds=1, fix_lr=args.fix_lr)
         args.seeds, args.eval_games, args.max_steps = args.seeds[:1], 1, 60
+        args.fix_cotrain = min(args.fix_cotrain, 100)
         work = args.work or tmp.name
     else:
-        bc = dict(rounds=args.rounds, round0_steps=args.round0_steps, round_steps=args.round_steps,
+        bc = dict(rounds=default_rounds, round0_steps=args.round0_steps, round_steps=args.round_steps,
                   train_steps=args.train_steps, batch_size=args.batch_size, lr=args.lr, episode_steps=args.max_steps,
                   fix_rounds=args.fix_rounds, fix_lr=args.fix_lr)
         work = args.work or str(ROOT / "runs" / "rig_gap")
@@ -386,16 +427,24 @@ def main(argv=None) -> int:
     def _tag(d):  # another budget, another agent
         return hashlib.sha1(json.dumps(d, sort_keys=True).encode()).hexdigest()[:8]
 
-    tag = _tag(bc)
-    emulation_tag = _tag({k: v for k, v in bc.items() if not k.startswith("fix_")})  # a fix's budget: not its start
+    game_bc = {g: bc if args.quick or g not in game_rounds else {**bc, "rounds": game_rounds[g]} for g in args.games}
+    tag = {g: _tag(b) for g, b in game_bc.items()}
+    emulation_tag = {g: _tag({k: v for k, v in b.items() if not k.startswith("fix_")})  # a fix's budget: not its start
+                     for g, b in game_bc.items()}
 
     def run_dir(g, s, how):
-        return os.path.join(work, g, f"seed{s}", f"{how}-{emulation_tag if how == 'emulation' else tag}")
+        t = emulation_tag[g] if how == "emulation" else tag[g]
+        if how == "dagger-rig-history":  # its history length: part of its own budget, not the others'
+            t = _tag({**game_bc[g], "fix_history": args.fix_history})
+        if how == "dagger-rig-cotrain":
+            t = _tag({**game_bc[g], "fix_history": args.fix_history, "fix_cotrain": args.fix_cotrain})
+        return os.path.join(work, g, f"seed{s}", f"{how}-{t}")
 
-    base = [dict(game=g, seed=s, how="emulation", run=run_dir(g, s, "emulation"), bc=bc, threads=threads)
+    base = [dict(game=g, seed=s, how="emulation", run=run_dir(g, s, "emulation"), bc=game_bc[g], threads=threads)
             for g in args.games for s in args.seeds]
     trained = _pool_map(train_agent, base, args.jobs, "emulation agents", progress)
-    fixes = [dict(game=g, seed=s, how=fx, run=run_dir(g, s, fx), bc=bc, threads=threads,
+    fixes = [dict(game=g, seed=s, how=fx, run=run_dir(g, s, fx), bc=game_bc[g], threads=threads,
+                  history=args.fix_history, cotrain=args.fix_cotrain,
                   **{"from": run_dir(g, s, "emulation")}) for g in args.games for s in args.seeds for fx in args.fixes]
     trained += _pool_map(train_agent, fixes, args.jobs, "fixes", progress)
 
@@ -428,7 +477,9 @@ def main(argv=None) -> int:
         "constants": {**CONSTANTS, "source": "Mnih et al. 2015, Nature 518, Extended Data Table 2"},
         "teacher": "PRIVILEGED: RAM tracker (policies.dqn.teacher); labels only, never scored",
         "seeds": args.seeds, "eval_games": args.eval_games, "max_steps": args.max_steps, "epsilon": args.epsilon,
-        "bc": bc, "budget_tag": tag, "emulation_budget_tag": emulation_tag, "rig_noise": dataclasses.asdict(RigNoise()),
+        "bc": bc, "fix_history": args.fix_history, "fix_cotrain": args.fix_cotrain, "rounds_per_game": {g: b["rounds"] for g, b in game_bc.items()},
+        "budget_tag": tag,
+        "emulation_budget_tag": emulation_tag, "rig_noise": dataclasses.asdict(RigNoise()),
         "training": [{k: t[k] for k in ("game", "seed", "how", "wall_s")} | {
             "rounds": [{k: r[k] for k in ("round", "player", "samples", "mean_score", "student_agrees", "loss",
                                           "accuracy")} | ({"aux_loss": r["aux_loss"]} if "aux_loss" in r else {})

@@ -14,7 +14,8 @@ ROOT = Path(__file__).resolve().parents[1]
 def _run(tmp_path, work):
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     return subprocess.run([sys.executable, str(ROOT / "bench" / "rig_gap.py"), "--quick", "--games", "breakout",
-                           "--conditions", "emulation", "rig", "rig-no-latency", "--fixes", "dagger-rig",
+                           "--conditions", "emulation", "rig", "rig-no-latency",
+                           "--fixes", "dagger-rig", "dagger-rig-history", "dagger-rig-cotrain",
                            "--work", str(work), "--out", str(tmp_path)],
                           cwd=ROOT, capture_output=True, text=True, timeout=240, env=env)
 
@@ -30,16 +31,27 @@ def test_bench_rig_gap_quick(tmp_path):
     g = res["games"]["breakout"]
     t = g["table"]
     assert set(t) == {"emulation@emulation", "emulation@rig", "emulation@rig-no-latency", "dagger-rig@rig",
-                      "dagger-rig@emulation"}
+                      "dagger-rig@emulation", "dagger-rig-history@rig", "dagger-rig-history@emulation",
+                      "dagger-rig-cotrain@rig", "dagger-rig-cotrain@emulation"}
     for row in t.values():
         assert row["games"] == 1
         assert abs(row["human_normalised"] - 100 * (row["mean_score"] - 1.7) / 30.1) < 1e-9
     assert abs(g["gap_points"] - (t["emulation@emulation"]["human_normalised"]
                                   - t["emulation@rig"]["human_normalised"])) < 1e-9
     assert set(g["recovered_by_switching_off"]) == {"rig-no-latency"}
-    assert "dagger-rig" in g["fixes"]
-    assert [x["how"] for x in res["training"]] == ["emulation", "dagger-rig"]
+    assert {"dagger-rig", "dagger-rig-history", "dagger-rig-cotrain"} <= set(g["fixes"])
+    assert [x["how"] for x in res["training"]] == ["emulation", "dagger-rig", "dagger-rig-history", "dagger-rig-cotrain"]
     assert res["training"][1]["rounds"][0]["player"] == "student"  # the fix starts from the emulation agent
+    from policies.dqn.dqn import DQN  # the delay-aware fix reads its last --fix-history actions, the others none
+
+    (hist_run,) = work.glob("breakout/seed0/dagger-rig-history-*")
+    (plain_run,) = [p for p in work.glob("breakout/seed0/dagger-rig-*") if len(p.name) == len("dagger-rig-") + 8]
+    assert DQN.from_checkpoint(str(hist_run)).cfg.action_history == res["fix_history"] == 2
+    assert DQN.from_checkpoint(str(plain_run)).cfg.action_history == 0
+    (co_run,) = work.glob("breakout/seed0/dagger-rig-cotrain-*")
+    co = [json.loads(x) for x in open(co_run / "rounds.jsonl")]
+    assert [r["cotrain_samples"] for r in co] == [res["fix_cotrain"]] == [100]  # quick: 100 emulation decisions
+    assert DQN.from_checkpoint(str(co_run)).cfg.action_history == 2
     assert res["rig_noise"]["latency_ms"] == 50.0
     assert (tmp_path / "rig_gap.png").stat().st_size > 5_000
     # a second call finds every agent and score in --work

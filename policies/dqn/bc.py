@@ -44,7 +44,7 @@ import torch.nn.functional as F
 
 from policies.dqn.config import DQNConfig
 from policies.dqn.dqn import DQN
-from policies.dqn.preprocess import FrameStack, obs_picture
+from policies.dqn.preprocess import ActionHistory, FrameStack, obs_picture
 
 
 @dataclasses.dataclass(frozen=True)
@@ -68,6 +68,20 @@ class BCConfig:
     decision earlier). The student never sees RAM; the extra targets make its features find the
     few-pixel ball and paddle that the action labels alone leave it at chance on Pong. 0: off (and
     for a teacher without ``features``)."""
+    action_history: int = 0
+    """The student's own last actions as an input beside the pictures (``DQNConfig.action_history``; 0:
+    pictures only). A student given to ``dagger`` with a shorter history is widened to this one
+    (``DQN.with_action_history``: it acts as before until trained). On the rig the camera's picture
+    predates the last key (~57 ms of capture + key latency, about one decision) while the teacher labels
+    the game's present state: the last key is what the picture cannot show."""
+    cotrain_steps: int = 0
+    """Decisions collected once, before the first round, in ``dagger``'s ``cotrain_env`` (e.g. emulation while
+    the rounds play on the rig): the starting student plays (``epsilon`` as the rounds), the teacher labels.
+    They are kept apart from the rounds' data and every training batch draws ``cotrain_share`` of its
+    samples from them (co-training on the source domain beside the target's: the rounds alone hold a few
+    thousand rig samples against the tens of thousands the student learnt the game from). 0: off."""
+    cotrain_share: float = 0.5
+    """Share of each batch drawn from the co-training samples (when there are any)."""
     train_steps: int = 1500
     """Gradient steps after each round, on all the data so far."""
     batch_size: int = 128
@@ -84,21 +98,23 @@ class BCConfig:
 
 def collect(env, teacher, student: DQN | None, steps: int, beta: float, rng: np.random.Generator,
             episode_steps: int, seed: int, progress: Callable[[int], None] | None = None,
-            epsilon: float = 0.0) -> dict[str, Any]:
+            epsilon: float = 0.0, history: int = 0) -> dict[str, Any]:
     """Play ``steps`` decisions (whole games, the last cut at ``steps``): the teacher acts where
     ``student`` is None or with probability ``beta``, else the student's argmax; then, with probability
     ``epsilon``, a random action replaces it. Every decision is stored with the teacher's label.
-    -> {obs [N, 4, 84, 84] uint8, label [N] int64, aux [N, 2k] float32 (the teacher's ``features`` now and
-    one decision earlier; k = 0 for a teacher without them), scores, agree (the student's argmax against
-    the label)}."""
+    -> {obs [N, 4, 84, 84] uint8, label [N] int64, prev [N, h] int64 (the actions played before each
+    decision, -1: none yet; h = the student's ``action_history``, or ``history`` without a student), aux
+    [N, 2k] float32 (the teacher's ``features`` now and one decision earlier; k = 0 for a teacher without
+    them), scores, agree (the student's argmax against the label)}."""
     stack = FrameStack()
+    hist = ActionHistory(student.cfg.action_history if student is not None else history)
     feats = getattr(teacher, "features", None)
-    obs_l, lab_l, aux_l, scores, agree, n_student = [], [], [], [], 0, 0
+    obs_l, lab_l, prev_l, aux_l, scores, agree, n_student = [], [], [], [], [], 0, 0
     ep = 0
     while len(lab_l) < steps:
         obs, _ = env.reset(seed=seed * 1_000_003 + ep)
         teacher.reset()
-        s = stack.reset(obs_picture(obs))
+        s, hp = stack.reset(obs_picture(obs)), hist.reset()
         score, t, prev = 0.0, 0, None
         while True:
             ram = env.ale.getRAM()
@@ -109,15 +125,16 @@ def collect(env, teacher, student: DQN | None, steps: int, beta: float, rng: np.
             label = int(teacher(ram))
             a = label
             if student is not None and rng.random() >= beta:
-                a = student.act(s, 0.0, rng)
+                a = student.act(s, 0.0, rng, hp)
                 agree += int(a == label)
                 n_student += 1
             if epsilon > 0 and rng.random() < epsilon:
                 a = int(rng.integers(env.action_space.n))
             obs_l.append(s)
             lab_l.append(label)
+            prev_l.append(hp)
             obs, r, term, trunc, _ = env.step(a)
-            s = stack.push(obs_picture(obs))
+            s, hp = stack.push(obs_picture(obs)), hist.push(a)
             score += float(r)
             t += 1
             if progress is not None:
@@ -128,7 +145,8 @@ def collect(env, teacher, student: DQN | None, steps: int, beta: float, rng: np.
             scores.append(score)
         ep += 1
     aux = np.stack(aux_l) if aux_l else np.zeros((len(lab_l), 0), np.float32)
-    return {"obs": np.stack(obs_l), "label": np.asarray(lab_l, np.int64), "aux": aux, "scores": scores,
+    return {"obs": np.stack(obs_l), "label": np.asarray(lab_l, np.int64),
+            "prev": np.stack(prev_l).astype(np.int64).reshape(len(lab_l), hist.k), "aux": aux, "scores": scores,
             "agree": agree / n_student if n_student else None}
 
 
@@ -147,19 +165,27 @@ class AuxHead(torch.nn.Module):
 
 def train_steps(agent: DQN, obs: np.ndarray, label: np.ndarray, steps: int, batch_size: int,
                 rng: np.random.Generator, aux: np.ndarray | None = None, aux_head: AuxHead | None = None,
-                aux_weight: float = 0.0) -> dict[str, float]:
+                aux_weight: float = 0.0, prev: np.ndarray | None = None, split: int = 0,
+                share: float = 0.0) -> dict[str, float]:
     """``steps`` cross-entropy steps of the student's logits on the teacher's labels (plus, with
     ``aux_head``, ``aux_weight`` x the mean squared error of the head's read-out of the hidden layer
-    against ``aux``)."""
+    against ``aux``). ``prev``: the actions played before each sample, for a student with an action
+    history. ``split`` > 0: the first ``split`` samples are a pool apart (co-training) and ``share`` of each
+    batch comes from it, the rest from the others."""
     net, opt = agent.q_network, agent.optimizer
     use_aux = aux_head is not None and aux is not None and aux.shape[1] > 0 and aux_weight > 0
     net.train()
     losses, accs, aux_losses = [], [], []
     for _ in range(steps):
-        idx = rng.integers(0, len(label), batch_size)
+        if split and split < len(label):
+            k = int(round(share * batch_size))
+            idx = np.concatenate([rng.integers(0, split, k), rng.integers(split, len(label), batch_size - k)])
+        else:
+            idx = rng.integers(0, len(label), batch_size)
         x = torch.from_numpy(obs[idx])
         y = torch.from_numpy(label[idx])
-        h = net.head[:-1](net.conv(x.float() / 255.0))  # QNetwork.forward, its last layer apart
+        p = torch.from_numpy(prev[idx]) if net.action_history else None
+        h = net.head[:-1](net.features(x, p))  # QNetwork.forward, its last layer apart
         logits = net.head[-1](h)
         loss = F.cross_entropy(logits, y)
         total = loss
@@ -209,16 +235,25 @@ def save_student(agent: DQN, out: str) -> None:
 
 
 def dagger(make_env: Callable[[int], Any], make_teacher: Callable[[], Any], cfg: BCConfig, out: str | None = None,
-           agent: DQN | None = None, progress: bool = True, log: Callable[[str], None] = print) -> tuple[DQN, list]:
+           agent: DQN | None = None, progress: bool = True, log: Callable[[str], None] = print,
+           cotrain_env: Callable[[int], Any] | None = None) -> tuple[DQN, list]:
     """Round 0 (the teacher plays, unless ``agent`` is given: then DAgger continues from that student,
     e.g. an emulation student fine-tuned on the rig) and ``cfg.rounds`` DAgger rounds. ``make_env(seed)``
-    -> the env to collect in. Returns the student and the rounds' log."""
+    -> the env to collect in; ``cotrain_env(seed)``: the env of ``cfg.cotrain_steps``. Returns the student
+    and the rounds' log."""
+    if cfg.cotrain_steps and cotrain_env is None:
+        raise ValueError(f"cotrain_steps={cfg.cotrain_steps} needs a cotrain_env to collect them in")
+    if not 0 <= cfg.cotrain_share < 1:
+        raise ValueError(f"cotrain_share must be in [0, 1), got {cfg.cotrain_share}")
     rng = np.random.default_rng(cfg.seed)
     torch.manual_seed(cfg.seed)
     env, teacher = make_env(cfg.seed), make_teacher()
     start = agent is not None
     if agent is None:
-        agent = DQN(env.action_space.n, DQNConfig(learning_rate=cfg.learning_rate), tuple(env.action_names))
+        agent = DQN(env.action_space.n, DQNConfig(learning_rate=cfg.learning_rate, action_history=cfg.action_history),
+                    tuple(env.action_names))
+    elif agent.cfg.action_history < cfg.action_history:
+        agent = agent.with_action_history(cfg.action_history)
     for g in agent.optimizer.param_groups:
         g["lr"] = cfg.learning_rate
     agent.q_network.eval()
@@ -228,7 +263,21 @@ def dagger(make_env: Callable[[int], Any], make_teacher: Callable[[], Any], cfg:
             json.dump(cfg.to_dict(), f, indent=2)
     obs = np.zeros((0, 4, 84, 84), np.uint8)
     label = np.zeros((0,), np.int64)
+    prev = np.zeros((0, agent.cfg.action_history), np.int64)
     aux, aux_head = None, None
+    pool = None  # the co-training samples, kept apart
+    if cfg.cotrain_steps:
+        threads = torch.get_num_threads()
+        torch.set_num_threads(1)
+        bar = _bar(cfg.cotrain_steps, "co-training samples", progress)
+        try:
+            pool = collect(cotrain_env(cfg.seed + 7), teacher, agent if start else None, cfg.cotrain_steps, cfg.beta,
+                           rng, cfg.episode_steps, seed=cfg.seed * 1000 + 999, progress=bar.update,
+                           epsilon=cfg.epsilon, history=agent.cfg.action_history)
+        finally:
+            torch.set_num_threads(threads)
+            bar.close()
+        log(f"co-training: {cfg.cotrain_steps} samples, the student scored {pool['scores']}")
     rounds = []
     for r in range(0 if not start else 1, cfg.rounds + 1):
         t0 = time.time()
@@ -238,20 +287,30 @@ def dagger(make_env: Callable[[int], Any], make_teacher: Callable[[], Any], cfg:
         torch.set_num_threads(1)  # one picture at a time: more threads only wait on each other
         try:
             d = collect(env, teacher, None if r == 0 else agent, n, cfg.beta, rng, cfg.episode_steps,
-                        seed=cfg.seed * 1000 + r, progress=bar.update, epsilon=cfg.epsilon)
+                        seed=cfg.seed * 1000 + r, progress=bar.update, epsilon=cfg.epsilon,
+                        history=agent.cfg.action_history)
         finally:
             torch.set_num_threads(threads)
         bar.close()
         obs = np.concatenate([obs, d["obs"]])[-cfg.max_samples:]
         label = np.concatenate([label, d["label"]])[-cfg.max_samples:]
+        prev = np.concatenate([prev, d["prev"]])[-cfg.max_samples:]
         aux = d["aux"] if aux is None else np.concatenate([aux, d["aux"]])[-cfg.max_samples:]
         if aux_head is None and aux.shape[1] > 0 and cfg.aux_weight > 0:
             aux_head = AuxHead(agent.q_network.head[-1].in_features, aux.shape[1], cfg.learning_rate)
         t1 = time.time()
-        fit = train_steps(agent, obs, label, cfg.train_steps, cfg.batch_size, rng, aux, aux_head, cfg.aux_weight)
+        if pool is None:
+            fit = train_steps(agent, obs, label, cfg.train_steps, cfg.batch_size, rng, aux, aux_head, cfg.aux_weight,
+                              prev)
+        else:
+            fit = train_steps(agent, np.concatenate([pool["obs"], obs]), np.concatenate([pool["label"], label]),
+                              cfg.train_steps, cfg.batch_size, rng, np.concatenate([pool["aux"], aux]), aux_head,
+                              cfg.aux_weight, np.concatenate([pool["prev"], prev]), split=len(pool["label"]),
+                              share=cfg.cotrain_share)
         row = {"round": r, "player": "teacher" if r == 0 else "student", "samples": int(len(label)),
                "scores": d["scores"], "mean_score": float(np.mean(d["scores"])) if d["scores"] else None,
-               "student_agrees": d["agree"], **fit, "collect_s": round(t1 - t0, 1),
+               "student_agrees": d["agree"], **fit, "cotrain_samples": 0 if pool is None else len(pool["label"]),
+               "collect_s": round(t1 - t0, 1),
                "train_s": round(time.time() - t1, 1)}
         rounds.append(row)
         log(f"round {r}: {row['player']} scored {row['mean_score']} over {len(d['scores'])} games; "

@@ -52,6 +52,11 @@ class DQNConfig:
     """Frames stacked into one observation."""
     frame_size: int = 84
     """Side of the square grey frame the network sees."""
+    action_history: int = 0
+    """The agent's own last actions the network sees beside the pictures (one-hot each, newest last; 0:
+    pictures only). A delay-aware state for a rig whose camera shows the screen as it was before the last
+    key took effect (``hardware.virtual_rig``: ~57 ms of capture + key latency, about one decision).
+    Behaviour cloning (``policies.dqn.bc``) trains it; the TD update here does not (``train`` refuses it)."""
     noop_max: int = 30
     """Random no-ops at the start of an episode (0..noop_max)."""
     terminal_on_life_loss: bool = True
@@ -87,6 +92,8 @@ class DQNConfig:
         if self.learning_starts < self.batch_size:
             raise ValueError(f"learning_starts ({self.learning_starts}) must be at least batch_size "
                              f"({self.batch_size}): the first update samples a full batch")
+        if self.action_history < 0:
+            raise ValueError(f"action_history must be >= 0, got {self.action_history}")
         if self.noop_max < 0 or not 0 <= self.eval_epsilon <= 1 or self.learning_rate <= 0:
             raise ValueError("need noop_max >= 0, 0 <= eval_epsilon <= 1 and learning_rate > 0")
 

@@ -36,18 +36,21 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from policies.dqn.config import DQNConfig
-from policies.dqn.preprocess import FrameStack, obs_picture
+from policies.dqn.preprocess import ActionHistory, FrameStack, obs_picture
 
 
 # ------------------------------------------------------------------------------------------------
 # network
 # ------------------------------------------------------------------------------------------------
 class QNetwork(nn.Module):
-    """The Nature CNN: uint8 [B, 4, 84, 84] -> Q [B, n_actions]."""
+    """The Nature CNN: uint8 [B, 4, 84, 84] -> Q [B, n_actions]. With ``action_history`` k > 0 it also
+    reads the agent's last k actions (int64 [B, k], -1: none yet), one-hot, beside the flattened
+    convolution features, into the hidden layer."""
 
-    def __init__(self, n_actions: int, in_frames: int = 4, size: int = 84) -> None:
+    def __init__(self, n_actions: int, in_frames: int = 4, size: int = 84, action_history: int = 0) -> None:
         super().__init__()
         self.n_actions, self.in_shape = int(n_actions), (int(in_frames), int(size), int(size))
+        self.action_history = int(action_history)
         self.conv = nn.Sequential(
             nn.Conv2d(in_frames, 32, 8, stride=4), nn.ReLU(),
             nn.Conv2d(32, 64, 4, stride=2), nn.ReLU(),
@@ -55,12 +58,23 @@ class QNetwork(nn.Module):
             nn.Flatten())
         with torch.no_grad():
             n_flat = self.conv(torch.zeros(1, *self.in_shape)).shape[1]  # 3136 at 84 x 84
-        self.head = nn.Sequential(nn.Linear(n_flat, 512), nn.ReLU(), nn.Linear(512, n_actions))
+        self.head = nn.Sequential(nn.Linear(n_flat + self.action_history * self.n_actions, 512), nn.ReLU(),
+                                  nn.Linear(512, n_actions))
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
+    def features(self, x: torch.Tensor, prev: torch.Tensor | None = None) -> torch.Tensor:
+        """The head's input: flattened convolution features (+ the one-hot action history)."""
         assert x.shape[1:] == self.in_shape, f"QNetwork wants [B, {self.in_shape}], got {list(x.shape)}"
-        q = self.head(self.conv(x.float() / 255.0))  # pixels to [0, 1] here, so the replay stays uint8
-        return q
+        f = self.conv(x.float() / 255.0)  # pixels to [0, 1] here, so the replay stays uint8
+        if self.action_history:
+            if prev is None or tuple(prev.shape) != (x.shape[0], self.action_history):
+                raise ValueError(f"this network reads the last {self.action_history} actions: pass prev "
+                                 f"[B, {self.action_history}], got {None if prev is None else list(prev.shape)}")
+            hot = F.one_hot(prev.long().clamp(min=0), self.n_actions).float() * (prev >= 0)[..., None].float()
+            f = torch.cat([f, hot.flatten(1)], 1)
+        return f
+
+    def forward(self, x: torch.Tensor, prev: torch.Tensor | None = None) -> torch.Tensor:
+        return self.head(self.features(x, prev))
 
 
 def linear_schedule(start_e: float, end_e: float, duration: int, t: int) -> float:
@@ -154,19 +168,47 @@ class DQN:
     def __init__(self, n_actions: int, cfg: DQNConfig, action_names: tuple[str, ...] = ()) -> None:
         self.cfg, self.n_actions = cfg, int(n_actions)
         self.action_names = tuple(action_names)
-        self.q_network = QNetwork(n_actions, cfg.frame_stack, cfg.frame_size)
-        self.target_network = QNetwork(n_actions, cfg.frame_stack, cfg.frame_size)
+        self.q_network = QNetwork(n_actions, cfg.frame_stack, cfg.frame_size, cfg.action_history)
+        self.target_network = QNetwork(n_actions, cfg.frame_stack, cfg.frame_size, cfg.action_history)
         self.target_network.load_state_dict(self.q_network.state_dict())
         self.optimizer = make_optimizer(cfg, self.q_network.parameters())
         self.updates = 0
 
-    def act(self, obs_stack: np.ndarray, epsilon: float, rng: np.random.Generator) -> int:
-        """Epsilon-greedy: a random action with probability ``epsilon``, else argmax_a Q(s, a)."""
+    def act(self, obs_stack: np.ndarray, epsilon: float, rng: np.random.Generator,
+            prev: np.ndarray | None = None) -> int:
+        """Epsilon-greedy: a random action with probability ``epsilon``, else argmax_a Q(s, a). ``prev``:
+        the agent's last actions (``ActionHistory``), for a network with ``cfg.action_history``."""
         if rng.random() < epsilon:
             return int(rng.integers(self.n_actions))
+        p = None
+        if self.cfg.action_history:
+            if prev is None:
+                raise ValueError(f"this agent reads its last {self.cfg.action_history} actions: pass prev "
+                                 "(policies.dqn.preprocess.ActionHistory)")
+            p = torch.as_tensor(np.asarray(prev, np.int64))[None]
         with torch.no_grad():
-            q = self.q_network(torch.from_numpy(np.ascontiguousarray(obs_stack))[None])
+            q = self.q_network(torch.from_numpy(np.ascontiguousarray(obs_stack))[None], p)
         return int(q.argmax(dim=1).item())
+
+    def with_action_history(self, k: int) -> "DQN":
+        """A copy that also reads its last ``k`` actions and acts exactly as this one until trained: the
+        hidden layer's weights for the new one-hot inputs start at zero (fine-tuning a pictures-only agent
+        into a delay-aware one). The optimiser starts afresh."""
+        import dataclasses
+
+        if k < self.cfg.action_history:
+            raise ValueError(f"cannot shorten the action history from {self.cfg.action_history} to {k}")
+        out = DQN(self.n_actions, dataclasses.replace(self.cfg, action_history=int(k)), self.action_names)
+        sd = self.q_network.state_dict()
+        w = sd["head.0.weight"]
+        pad = torch.zeros(w.shape[0], out.q_network.head[0].in_features - w.shape[1], dtype=w.dtype)
+        n_flat = w.shape[1] - self.cfg.action_history * self.n_actions
+        # the old history's columns stay the newest k_old actions' (the history is oldest first)
+        sd["head.0.weight"] = torch.cat([w[:, :n_flat], pad, w[:, n_flat:]], 1)
+        out.q_network.load_state_dict(sd)
+        out.sync_target()
+        out.updates = self.updates
+        return out
 
     def update(self, batch: dict[str, torch.Tensor]) -> dict[str, Any]:
         """One gradient step on the Huber TD loss; returns the flat log keys (and ``td_target``)."""
@@ -270,6 +312,9 @@ def load_checkpoint(out: str, agent: DQN, rng: np.random.Generator) -> tuple[Fra
 def train(cfg: DQNConfig, make_env: Callable[[DQNConfig], Any], out: str, resume: bool = False,
           progress: bool = True, log: Callable[[dict], None] | None = None) -> dict[str, Any]:
     """Train a DQN on ``make_env(cfg)`` into run directory ``out``; returns the summary."""
+    if cfg.action_history:
+        raise ValueError(f"action_history={cfg.action_history}: the TD update here trains pictures-only networks; "
+                         "a delay-aware network is trained by behaviour cloning (policies.dqn.bc)")
     torch.set_num_threads(cfg.threads)
     os.makedirs(out, exist_ok=True)
     if not resume and os.path.isdir(os.path.join(out, "checkpoint")):
@@ -367,15 +412,16 @@ def evaluate(agent: DQN | None, env, episodes: int, epsilon: float = 0.05, seed:
     n = int(n_actions or env.action_space.n)
     c = agent.cfg if agent is not None else DQNConfig()
     stack = FrameStack(frame_size or c.frame_size, frame_stack or c.frame_stack)
+    hist = ActionHistory(c.action_history)
     scores, lengths = [], []
     for ep in range(episodes):
         obs, info = env.reset(seed=seed * 1_000_003 + ep)
-        s = stack.reset(obs_picture(obs))
+        s, prev = stack.reset(obs_picture(obs)), hist.reset()
         steps, score = 0, 0.0
         while True:
-            a = int(rng.integers(n)) if agent is None else agent.act(s, epsilon, rng)
+            a = int(rng.integers(n)) if agent is None else agent.act(s, epsilon, rng, prev)
             obs, reward, terminated, truncated, info = env.step(a)
-            s = stack.push(obs_picture(obs))
+            s, prev = stack.push(obs_picture(obs)), hist.push(a)
             score += float(reward)
             steps += 1
             if terminated or truncated or (max_steps is not None and steps >= max_steps):

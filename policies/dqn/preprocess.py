@@ -55,6 +55,27 @@ class FrameStack:
         return self.frames.copy()
 
 
+class ActionHistory:
+    """The agent's last ``k`` actions, oldest first: int64 ``[k]``, -1 where none was taken yet (the
+    network reads -1 as an all-zero one-hot). ``k = 0``: an empty array (a pictures-only network)."""
+
+    def __init__(self, k: int) -> None:
+        if k < 0:
+            raise ValueError(f"action history length must be >= 0, got {k}")
+        self.k = int(k)
+        self.actions = np.full(self.k, -1, np.int64)
+
+    def reset(self) -> np.ndarray:
+        self.actions[:] = -1
+        return self.actions.copy()
+
+    def push(self, action: int) -> np.ndarray:
+        if self.k:
+            self.actions[:-1] = self.actions[1:]
+            self.actions[-1] = int(action)
+        return self.actions.copy()
+
+
 def obs_picture(obs: dict) -> np.ndarray:
     """The one picture of an env observation (``images["screen"]``, or its only camera)."""
     imgs = obs["images"]

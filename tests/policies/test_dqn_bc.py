@@ -129,3 +129,158 @@ def _aux_case():
     last = train_steps(agent, obs, label, 80, 16, rng, aux, head, 1.0)["aux_loss"]
     assert last < 0.3 * float(aux.var(0).sum() / 2) and last < first, (first, last)
     assert "aux_loss" not in train_steps(agent, obs, label, 2, 8, rng)
+
+
+def test_action_history_is_oldest_first_and_empty_at_a_games_start():
+    from policies.dqn.preprocess import ActionHistory
+
+    h = ActionHistory(2)
+    assert h.reset().tolist() == [-1, -1]
+    assert h.push(3).tolist() == [-1, 3]
+    assert h.push(1).tolist() == [3, 1]
+    assert h.reset().tolist() == [-1, -1]
+    assert ActionHistory(0).push(2).shape == (0,)
+    with pytest.raises(ValueError, match=">= 0"):
+        ActionHistory(-1)
+
+
+def test_a_widened_agent_acts_as_before_and_round_trips(tmp_path):
+    """with_action_history: the new inputs' weights start at zero, so the delay-aware copy gives the
+    pictures-only agent's Q values whatever the history; its checkpoint keeps the history length."""
+    import torch
+
+    from policies.dqn.bc import save_student
+    from policies.dqn.config import DQNConfig
+
+    torch.manual_seed(0)
+    agent = DQN(4, DQNConfig())
+    wide = agent.with_action_history(2)
+    x = torch.randint(0, 255, (5, 4, 84, 84), dtype=torch.uint8)
+    prev = torch.tensor([[-1, -1], [0, 1], [3, 3], [2, -1], [1, 0]])
+    with torch.no_grad():
+        torch.testing.assert_close(wide.q_network(x, prev), agent.q_network(x))
+    wider = wide.with_action_history(3)  # the old history's columns stay the newest actions'
+    with torch.no_grad():
+        wide.q_network.head[0].weight[:, -8:].normal_()
+        wider = wide.with_action_history(3)
+        torch.testing.assert_close(wider.q_network(x, torch.cat([torch.full((5, 1), 2), prev], 1)),
+                                   wide.q_network(x, prev))
+    with pytest.raises(ValueError, match="cannot shorten"):
+        wider.with_action_history(1)
+    with pytest.raises(ValueError, match="last 2 actions"):
+        wide.act(x[0].numpy(), 0.0, np.random.default_rng(0))
+    save_student(wide, str(tmp_path))
+    loaded = DQN.from_checkpoint(str(tmp_path))
+    assert loaded.cfg.action_history == 2
+    with torch.no_grad():
+        torch.testing.assert_close(loaded.q_network(x, prev), wide.q_network(x, prev))
+
+
+def test_only_a_student_with_the_action_history_learns_a_label_the_pictures_do_not_show():
+    """The label is the action played before (what the rig's late picture cannot show): from the
+    pictures alone the student stays near chance, with its last action as an input it learns it."""
+    import torch
+
+    from policies.dqn.bc import train_steps
+    from policies.dqn.config import DQNConfig
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        torch.manual_seed(0)
+        rng = np.random.default_rng(0)
+        n = 256
+        obs = rng.integers(0, 255, (n, 4, 84, 84), dtype=np.uint8)
+        prev = rng.integers(0, 3, (n, 1))
+        label = prev[:, 0].copy()
+        fits = {}
+        for k in (0, 1):
+            agent = DQN(3, DQNConfig(learning_rate=1e-3, action_history=k))
+            fits[k] = train_steps(agent, obs, label, 60, 32, np.random.default_rng(1), prev=prev)["accuracy"]
+    finally:
+        torch.set_num_threads(threads)
+    assert fits[1] > 0.95 and fits[0] < 0.7, fits
+
+
+def test_collect_records_the_actions_played_before_each_decision():
+    d = collect(AleEnv("pong", seed=0), _Always(2), None, 30, 0.0, np.random.default_rng(0), 30, seed=0, history=2)
+    assert d["prev"].shape == (30, 2)
+    assert d["prev"][0].tolist() == [-1, -1] and d["prev"][1].tolist() == [-1, 2]
+    assert (d["prev"][2:] == 2).all()
+    d = collect(AleEnv("pong", seed=0), _Always(2), None, 60, 0.0, np.random.default_rng(0), 60, seed=0, epsilon=0.5,
+                history=2)
+    np.testing.assert_array_equal(d["prev"][2:, 0], d["prev"][1:-1, 1])  # shifted by one decision
+    assert (d["prev"][1:, 1] != 2).any()  # epsilon's random keys are what was played, and are recorded
+    assert set(d["label"].tolist()) == {2}
+
+
+def test_dagger_widens_a_pictures_only_student_and_evaluate_feeds_it_its_actions(tmp_path):
+    import torch
+
+    from policies.dqn.config import DQNConfig
+    from policies.dqn.dqn import evaluate, train
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        start = DQN(6, DQNConfig(learning_rate=1e-3), tuple(AleEnv("pong").action_names))
+        cfg = BCConfig(rounds=1, round_steps=40, train_steps=10, batch_size=8, episode_steps=40, action_history=2)
+        agent, rounds = dagger(lambda s: AleEnv("pong", seed=s), lambda: _Always(2), cfg, out=str(tmp_path),
+                               agent=start, progress=False, log=lambda m: None)
+        assert agent.cfg.action_history == 2 and [r["player"] for r in rounds] == ["student"]
+        assert DQN.from_checkpoint(str(tmp_path)).cfg.action_history == 2
+        ev = evaluate(agent, AleEnv("pong", seed=0, max_episode_steps=20), 1, seed=0)
+        assert ev["lengths"] == [20]
+        with pytest.raises(ValueError, match="behaviour cloning"):
+            train(DQNConfig(action_history=1), lambda c: AleEnv("pong"), str(tmp_path / "dqn"), progress=False)
+    finally:
+        torch.set_num_threads(threads)
+
+
+def test_cotraining_draws_its_share_of_every_batch_from_the_pool_apart():
+    """Identical pictures, the pool labelled 0 (1000 samples), the rounds' data 1 (10 samples): mixed
+    uniformly the student predicts 0 almost always; drawing half of each batch from the pool it can do
+    no better than half right."""
+    import torch
+
+    from policies.dqn.bc import train_steps
+    from policies.dqn.config import DQNConfig
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        obs = np.zeros((1010, 4, 84, 84), np.uint8)
+        label = np.r_[np.zeros(1000, np.int64), np.ones(10, np.int64)]
+        acc = {}
+        for split in (0, 1000):
+            torch.manual_seed(0)
+            agent = DQN(3, DQNConfig(learning_rate=1e-2))
+            acc[split] = train_steps(agent, obs, label, 60, 32, np.random.default_rng(0), split=split,
+                                     share=0.5)["accuracy"]
+    finally:
+        torch.set_num_threads(threads)
+    assert acc[0] > 0.9 and 0.35 < acc[1000] < 0.65, acc
+
+
+def test_dagger_collects_the_cotraining_samples_once_in_their_own_env(tmp_path):
+    import torch
+
+    made = []
+
+    def emulation(s):
+        made.append(s)
+        return AleEnv("pong", seed=s)
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        cfg = BCConfig(rounds=1, round0_steps=30, round_steps=20, train_steps=4, batch_size=8, episode_steps=30,
+                       cotrain_steps=25)
+        with pytest.raises(ValueError, match="needs a cotrain_env"):
+            dagger(lambda s: AleEnv("pong", seed=s), lambda: _Always(2), cfg, progress=False, log=lambda m: None)
+        _, rounds = dagger(lambda s: AleEnv("pong", seed=s), lambda: _Always(2), cfg, out=str(tmp_path),
+                           progress=False, log=lambda m: None, cotrain_env=emulation)
+    finally:
+        torch.set_num_threads(threads)
+    assert len(made) == 1
+    assert [r["cotrain_samples"] for r in rounds] == [25, 25] and [r["samples"] for r in rounds] == [30, 50]

@@ -223,24 +223,26 @@ class EdgeRig:
             s.stop()
 
 
-def play(env, policy, seconds: float | None, episodes: int, max_steps: int | None, seed: int) -> dict:
-    """Play through the rig: ``policy(obs_stack) -> action`` (or None: uniformly random) for ``seconds``
-    of wall time or ``episodes`` games. -> scores and the env's stats."""
+def play(env, policy, seconds: float | None, episodes: int, max_steps: int | None, seed: int,
+         history: int = 0) -> dict:
+    """Play through the rig: ``policy(obs_stack, prev_actions, rng) -> action`` (or None: uniformly random)
+    for ``seconds`` of wall time or ``episodes`` games; ``prev_actions``: the last ``history`` actions
+    played (a delay-aware agent's input). -> scores and the env's stats."""
     import numpy as np
 
-    from policies.dqn.preprocess import FrameStack, obs_picture
+    from policies.dqn.preprocess import ActionHistory, FrameStack, obs_picture
 
     rng = np.random.default_rng(seed)
-    stack = FrameStack()
+    stack, hist = FrameStack(), ActionHistory(history)
     scores, t_end, ep = [], None if seconds is None else time.monotonic() + seconds, 0
     while True:
         obs, info = env.reset(seed=seed + ep)
-        s = stack.reset(obs_picture(obs))
+        s, prev = stack.reset(obs_picture(obs)), hist.reset()
         steps, score, done = 0, 0.0, False
         while not done:
-            a = int(rng.integers(env.action_space.n)) if policy is None else policy(s, rng)
+            a = int(rng.integers(env.action_space.n)) if policy is None else policy(s, prev, rng)
             obs, r, term, trunc, info = env.step(a)
-            s = stack.push(obs_picture(obs))
+            s, prev = stack.push(obs_picture(obs)), hist.push(a)
             score += r
             steps += 1
             done = term or trunc or (max_steps is not None and steps >= max_steps) or \
@@ -268,7 +270,7 @@ def run_agent(args) -> int:
 
         torch.set_num_threads(1)
         agent = DQN.from_checkpoint(args.checkpoint)
-        policy = lambda s, rng: agent.act(s, args.epsilon, rng)  # noqa: E731
+        policy = lambda s, prev, rng: agent.act(s, args.epsilon, rng, prev)  # noqa: E731
     rig = EdgeRig(args.site)
     try:
         if policy is not None and agent.n_actions != len(rig.key_sets):
@@ -276,7 +278,8 @@ def run_agent(args) -> int:
         env = rig.env(rig.rectifier(args.rectify) if args.source == "camera" else None, args.source,
                       args.frames_per_step, args.max_steps)
         try:
-            res = play(env, policy, args.seconds, args.episodes, args.max_steps, args.seed)
+            res = play(env, policy, args.seconds, args.episodes, args.max_steps, args.seed,
+                       agent.cfg.action_history if policy is not None else 0)
             screen_end = rig.screen.describe()
         finally:
             env.close()
