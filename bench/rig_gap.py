@@ -39,7 +39,8 @@ Every trained agent and every scored condition is kept in ``--work`` (default ru
 reused: a killed run continues where it stopped, and adding ``--seeds`` or ``--conditions`` runs only
 what is new. Writes ``bench/results/rig_gap.json`` and ``rig_gap.png``. The full study:
 
-    .venv/bin/python bench/rig_gap.py --games pong breakout --seeds 0 1 2 --eval-games 10 --jobs 2
+    .venv/bin/python bench/rig_gap.py --games pong breakout --seeds 0 1 2 --ablation-seeds 0 --eval-games 10 \\
+        --rounds 7 pong=9 --fixes dagger-rig dagger-rig-history dagger-rig-cotrain --fix-conditions rig --jobs 2
 """
 
 from __future__ import annotations
@@ -319,6 +320,8 @@ def plot(res: dict, path: pathlib.Path) -> None:
             if tr["game"] != g or not tr["rounds"]:
                 continue
             if tr["how"] != "emulation":  # a fix's rounds, on the rig (or randomised rigs): after the emulation agent's
+                if tr["seed"] != min(start, default=tr["seed"]):
+                    continue  # one seed's fixes: a line per fix and seed would hide the curves
                 x0 = start.get(tr["seed"], 0)
                 pts = [(x0 + (tr["rounds"][i - 1]["samples"] if i else 0), human_normalised(g, r["mean_score"]))
                        for i, r in enumerate(tr["rounds"]) if r["mean_score"] is not None]
@@ -339,8 +342,8 @@ def plot(res: dict, path: pathlib.Path) -> None:
         ax.axhline(0, color="gray", lw=1)
         ax.set_xlabel("labelled samples the student was trained on")
         ax.set_ylabel("human-normalised (%)")
-        ax.set_title(f"{g}, budget: each round's student in its own games (solid: emulation, dashed: a fix's env); "
-                     "stars: evaluation", fontsize=8)
+        ax.set_title(f"{g}, budget: each round's student in its own games\n(solid: emulation; dashed: a fix's env, "
+                     "first seed; stars: evaluation)", fontsize=8)
         if ax.get_legend_handles_labels()[0]:
             ax.legend(fontsize=8)
     fig.tight_layout()
