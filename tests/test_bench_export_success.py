@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from tests.net import free_ports
+from tests.net import free_port_block
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "bench"))
@@ -59,7 +59,7 @@ def test_identical_outcomes_are_no_change_and_a_one_sided_split_is_significant()
 
 @pytest.mark.slow
 def test_export_success_quick_end_to_end(tmp_path):
-    port = free_ports(1)[0]
+    port = free_port_block(20)
     r = subprocess.run([sys.executable, str(ROOT / "bench" / "export_success.py"), "--quick", "--port", str(port),
                         "--work", str(tmp_path / "w"), "--out", str(tmp_path / "res")],
                        cwd=ROOT, capture_output=True, text=True, timeout=900)

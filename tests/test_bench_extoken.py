@@ -14,9 +14,9 @@ ROOT = Path(__file__).resolve().parents[1]
 def test_bench_extoken_quick(tmp_path):
     pytest.importorskip("lerobot")
     from tests.conftest import save_tiny_vla
-    from tests.net import free_ports
+    from tests.net import free_port_block
 
-    port = free_ports(1)[0]
+    port = free_port_block(20)
     save_tiny_vla(str(tmp_path / "tok"), num_tokens=2)
     save_tiny_vla(str(tmp_path / "notok"))
     tokens = tmp_path / "tokens.json"  # token 1 was recorded in the ccw turn, token 2 in the cw turn

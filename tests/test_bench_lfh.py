@@ -13,9 +13,9 @@ ROOT = Path(__file__).resolve().parents[1]
 def test_bench_lfh_quick(tmp_path):
     pytest.importorskip("lerobot")
     from tests.conftest import save_tiny_vla
-    from tests.net import free_ports
+    from tests.net import free_port_block
 
-    port = free_ports(1)[0]
+    port = free_port_block(20)
     save_tiny_vla(str(tmp_path / "ckpt"))
     r = subprocess.run([sys.executable, str(ROOT / "bench" / "lfh.py"), "--quick", "--checkpoint",
                         str(tmp_path / "ckpt"), "--task", "pick_blue_cube", "--arms", "grpo", "lfh", "--jobs", "1",

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.net import free_ports
+from tests.net import free_port_block
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.append(str(ROOT / "bench"))
@@ -46,7 +46,7 @@ def test_confusion_bench_writes_matrices_outcomes_and_the_plot(tmp_path):
     from tests.conftest import save_tiny_vla
 
     save_tiny_vla(str(tmp_path / "ckpt"))
-    port = free_ports(1)[0]
+    port = free_port_block(20)
     r = subprocess.run([sys.executable, str(ROOT / "bench" / "vla_confusion.py"), "--checkpoint", str(tmp_path / "ckpt"),
                         "--task", "pick_red_cube", "--episodes", "1", "--jobs", "1", "--exec-steps", "8", "--wording", "paraphrases",
                         "--port0", str(port), "--out", str(tmp_path / "res")],

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.net import free_ports
+from tests.net import free_port_block
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -16,7 +16,7 @@ def test_probe_writes_the_episode_diagnostics_and_the_plot(tmp_path):
     from tests.conftest import save_tiny_vla
 
     save_tiny_vla(str(tmp_path / "ckpt"))
-    port = free_ports(1)[0]
+    port = free_port_block(20)
     r = subprocess.run([sys.executable, str(ROOT / "bench" / "vla_probe.py"), "--checkpoint", str(tmp_path / "ckpt"),
                         "--episodes", "1", "--port", str(port), "--threads", "1", "--out", str(tmp_path / "res")],
                        cwd=ROOT, capture_output=True, text=True, timeout=280)

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.net import free_ports
+from tests.net import free_port_block
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.append(str(ROOT / "bench"))
@@ -27,7 +27,7 @@ def test_subskill_bench_hands_over_where_each_sub_skill_starts(tmp_path):
     from tests.conftest import save_tiny_vla
 
     save_tiny_vla(str(tmp_path / "ckpt"))
-    port = free_ports(1)[0]
+    port = free_port_block(20)
     r = subprocess.run([sys.executable, str(ROOT / "bench" / "vla_subskills.py"), "--checkpoint", str(tmp_path / "ckpt"),
                         "--task", "place_cube_in_bowl", "--episodes", "1", "--budget", "8", "--jobs", "1",
                         "--exec-steps", "8", "--port0", str(port), "--out", str(tmp_path / "res")],
@@ -48,7 +48,7 @@ def test_chain_gives_the_sub_skill_prompts_in_order_from_the_start(tmp_path):
     from tests.conftest import save_tiny_vla
 
     save_tiny_vla(str(tmp_path / "ckpt"))
-    port = free_ports(1)[0]
+    port = free_port_block(20)
     r = subprocess.run([sys.executable, str(ROOT / "bench" / "vla_subskills.py"), "--checkpoint", str(tmp_path / "ckpt"),
                         "--chain", "--task", "stack_cubes", "--episodes", "1", "--budget", "4", "--jobs", "1",
                         "--exec-steps", "4", "--port0", str(port), "--out", str(tmp_path / "res")],
