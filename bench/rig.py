@@ -61,27 +61,11 @@ def rig_site(tmp: str, base_port: int, camera: dict | None = None) -> str:
     return path
 
 
-def free_base_port(n: int = 10, start: int = 20000, stop: int = 40000) -> int:
+def free_base_port(n: int = 10) -> int:
     """A base port whose next ``n`` loopback ports are free now (other benchmarks may hold some)."""
-    import random
-    import socket
+    from robot_io.ports import free_block
 
-    rnd = random.Random(os.getpid())
-    for _ in range(200):
-        base = rnd.randrange(start, stop - n)
-        socks = []
-        try:
-            for p in range(base, base + n):
-                s = socket.socket()
-                socks.append(s)
-                s.bind(("127.0.0.1", p))
-            return base
-        except OSError:
-            continue
-        finally:
-            for s in socks:
-                s.close()
-    raise RuntimeError("no 10 free consecutive loopback ports found")
+    return free_block(n)
 
 
 class RigProcesses:

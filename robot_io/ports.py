@@ -102,6 +102,19 @@ class PortLease:
         self.release()
 
 
+def free_block(n: int, host: str = "127.0.0.1", attempts: int = 200) -> int:
+    """A base port ``p`` with ``p .. p + n - 1`` all free now (each bound while checking), drawn below the
+    ephemeral range: for a program that gives its bridges ports from one base (``bench/rig.py``, the bench
+    tests' ``--port0``). Not a lease: nothing holds the ports afterwards."""
+    high = _ephemeral_low()
+    rnd = random.Random(int.from_bytes(os.urandom(8), "little"))
+    for _ in range(attempts):
+        base = rnd.randrange(LOW, high - n)
+        if all(_bindable(host, p) for p in range(base, base + n)):
+            return base
+    raise RuntimeError(f"no {n} consecutive free loopback ports in {LOW}..{high - 1} after {attempts} tries")
+
+
 def _bindable(host: str, port: int) -> bool:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         try:
