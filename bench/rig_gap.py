@@ -15,7 +15,9 @@ the emulated rig, with each of the rig's failure sources switched off in turn, a
    camera's and the measured key path of ``bench/results/rig.json``), and through the rig with one
    failure source off at a time (``rig-no-<source>``: latency, jitter, perspective, blur_noise,
    lighting) and all of them off (``rig-clean``). A source's share of the gap is what switching it
-   off wins back.
+   off wins back. ``emulation-single-frame``: emulation with the step's last frame alone instead of the
+   max of its last two (the rig's camera gives one exposure per picture; with every source off the rig
+   still differs from emulation in this and in the resampling through camera and rectification).
 3. **Fixes**, each started from the emulation agent and scored on the rig the same way:
    ``dagger-rig``: DAgger rounds on the rig itself (the host's RAM labels the game's present state
    while the agent sees the camera: fine-tuning on the rig with a teacher, ``--fix-rounds``);
@@ -28,7 +30,9 @@ the emulated rig, with each of the rig's failure sources switched off in turn, a
    predates the last key, which the teacher's present-state label depends on;
    ``dagger-rig-cotrain``: ``dagger-rig-history`` co-trained with ``--fix-cotrain`` emulation decisions
    (the emulation agent plays them once, the teacher labels; half of every batch): the rounds hold
-   5-10 thousand rig samples, the agent learnt the game from 50 thousand or more.
+   5-10 thousand rig samples, the agent learnt the game from 50 thousand or more;
+   ``single-frame``: DAgger rounds in ``emulation-single-frame`` (no rig, no camera: the agent re-learns
+   from pictures of one exposure, as the rig gives them; as cheap as emulation).
 
 Scores are human-normalised, 100 * (score - random) / (human - random), with the constants of
 Mnih et al. 2015 (Nature 518, Extended Data Table 2): Pong random -20.7, human 9.3; Breakout
@@ -65,8 +69,8 @@ import numpy as np  # noqa: E402
 # Mnih et al. 2015 (Nature), Extended Data Table 2: random play and the professional human tester
 CONSTANTS = {"pong": {"random": -20.7, "human": 9.3}, "breakout": {"random": 1.7, "human": 31.8}}
 SOURCES = ("latency", "jitter", "perspective", "blur_noise", "lighting")
-CONDITIONS = ("emulation", "rig", *(f"rig-no-{s}" for s in SOURCES), "rig-clean")
-FIXES = ("dagger-rig", "dr", "dagger-rig-history", "dagger-rig-cotrain")
+CONDITIONS = ("emulation", "emulation-single-frame", "rig", *(f"rig-no-{s}" for s in SOURCES), "rig-clean")
+FIXES = ("dagger-rig", "dr", "dagger-rig-history", "dagger-rig-cotrain", "single-frame")
 
 
 def human_normalised(game: str, score: float) -> float:
@@ -89,8 +93,8 @@ def _noise(condition: str):
 def make_env(game: str, condition: str, seed: int, max_steps: int):
     from policies.dqn.preprocess import AleEnv
 
-    if condition == "emulation":
-        return AleEnv(game, seed=seed, max_episode_steps=max_steps)
+    if condition in ("emulation", "emulation-single-frame"):
+        return AleEnv(game, seed=seed, max_episode_steps=max_steps, max_pool=condition == "emulation")
     from hardware.virtual_rig import VirtualRig
 
     return VirtualRig(game, _noise(condition), seed=seed, max_episode_steps=max_steps)
@@ -142,7 +146,7 @@ def _write_json(obj, path: str) -> None:
 
 
 def train_agent(job: dict) -> dict:
-    """Train (or find) one agent: ``how`` = emulation | dagger-rig | dr | dagger-rig-history."""
+    """Train (or find) one agent: ``how`` = emulation or one of ``FIXES``."""
     import torch
 
     from policies.dqn.bc import BCConfig, dagger
@@ -172,6 +176,8 @@ def train_agent(job: dict) -> dict:
                        else 0, cotrain_steps=job.get("cotrain", 0) if how == "dagger-rig-cotrain" else 0)
         if how in ("dagger-rig", "dagger-rig-history", "dagger-rig-cotrain"):
             env_fn = lambda s: make_env(game, "rig", s, b["episode_steps"])  # noqa: E731
+        elif how == "single-frame":
+            env_fn = lambda s: make_env(game, "emulation-single-frame", s, b["episode_steps"])  # noqa: E731
         else:
             env_fn = lambda s: RandomisedRig(game, s, b["episode_steps"])  # noqa: E731
         agent, rounds = dagger(env_fn, lambda: make_teacher(game), cfg, out=run, agent=start, progress=False,
@@ -265,6 +271,9 @@ def summarise(games, scores: list[dict]) -> dict:
             g_out["recovered_by_switching_off"] = {
                 c: (table[f"emulation@{c}"]["human_normalised"] - rig["human_normalised"]) for c in CONDITIONS
                 if c.startswith("rig-") and f"emulation@{c}" in table}
+            single = table.get("emulation@emulation-single-frame")
+            if single:  # what one exposure per picture costs without the rig's other sources
+                g_out["single_frame_cost_in_emulation"] = e - single["human_normalised"]
             g_out["fixes"] = {}
             for fx in FIXES:
                 t = table.get(f"{fx}@rig")
@@ -365,11 +374,12 @@ def main(argv=None) -> int:
     ap.add_argument("--conditions", nargs="+", default=list(CONDITIONS), choices=CONDITIONS)
     ap.add_argument("--ablation-seeds", nargs="*", type=int, default=None,
                     help="seeds whose emulation agent is also scored with each failure source off (default: every "
-                         "seed); the others get emulation and rig only")
+                         "seed); the others get emulation, emulation-single-frame and rig only")
     ap.add_argument("--fixes", nargs="*", default=list(FIXES), choices=FIXES)
-    ap.add_argument("--fix-conditions", nargs="+", default=["rig", "emulation"], choices=["rig", "emulation"],
-                    help="where the fixes are scored (default rig emulation: emulation shows what extra training "
-                         "alone did)")
+    ap.add_argument("--fix-conditions", nargs="+", default=["rig", "emulation"],
+                    choices=CONDITIONS,
+                    help="where the fixes are scored, any condition (default rig emulation: emulation shows what "
+                         "extra training alone did; rig-clean: what remains with every source off)")
     ap.add_argument("--eval-games", type=int, default=10, help="games per agent and condition (default 10)")
     ap.add_argument("--max-steps", type=int, default=4500,
                     help="cut a game at this many decisions (default 4500 = 18000 frames, Nature's 5 minutes)")
@@ -457,7 +467,7 @@ def main(argv=None) -> int:
             for agent in ("emulation", *args.fixes):
                 conds = args.conditions if agent == "emulation" else args.fix_conditions
                 if agent == "emulation" and args.ablation_seeds is not None and s not in args.ablation_seeds:
-                    conds = [c for c in conds if c in ("emulation", "rig")]
+                    conds = [c for c in conds if c in ("emulation", "emulation-single-frame", "rig")]
                 for c in conds:
                     name = f"{c}-g{args.eval_games}-m{args.max_steps}-e{args.epsilon}.json"
                     jobs.append(dict(game=g, seed=s, agent=agent, condition=c, run=run_dir(g, s, agent),

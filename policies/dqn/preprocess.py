@@ -11,7 +11,8 @@ input, as the Nature paper did (and CleanRL through SB3's wrappers)::
 
 Action repeat / frame skip is the env's: ``AleEnv.step`` plays ``frame_skip`` emulator frames
 with the same action and returns the pixel-wise max of the last two (Atari sprites flicker
-between frames); the rig holds the keys for the same wall time. Numpy + OpenCV + ale-py, no torch.
+between frames; ``max_pool=False``: the last frame alone, as the rig's camera gives one frame per
+picture); the rig holds the keys for the same wall time. Numpy + OpenCV + ale-py, no torch.
 """
 
 from __future__ import annotations
@@ -93,12 +94,15 @@ class AleEnv(gym.Env):
     ``hardware.ale_screen.KeyMap.keys_for`` turns into key sets on the rig). Reset: a new game
     (ALE's ``reset_game``) and 0..``noop_max`` no-op frames drawn from the env's RNG. ``info``:
     ``lives``, ``score`` (the episode's game score), ``frames`` (emulator frames played).
+    ``max_pool``: the picture is the pixel-wise max of the step's last two frames (Nature's
+    preprocessing; a moving ball shows in two places); False: the last frame alone (what the rig's
+    camera gives: one exposure per picture).
     """
 
     metadata = {"render_modes": ["rgb_array"]}
 
     def __init__(self, game: str = "pong", frame_skip: int = 4, noop_max: int = 30, max_episode_steps: int | None = None,
-                 repeat_action_probability: float = 0.0, seed: int = 0) -> None:
+                 repeat_action_probability: float = 0.0, seed: int = 0, max_pool: bool = True) -> None:
         from ale_py import ALEInterface, LoggerMode, roms
 
         if frame_skip < 1 or noop_max < 0:
@@ -111,6 +115,7 @@ class AleEnv(gym.Env):
             close = difflib.get_close_matches(game, ids, n=3)
             raise ValueError(f"no Atari game {game!r}" + (f"; did you mean {', '.join(close)}?" if close else ""))
         self.game, self.frame_skip, self.noop_max = game, int(frame_skip), int(noop_max)
+        self.max_pool = bool(max_pool)
         self.max_episode_steps = max_episode_steps
         self.ale = ALEInterface()
         self.ale.setInt("random_seed", int(seed) % 2**31)
@@ -157,7 +162,7 @@ class AleEnv(gym.Env):
                 break
         self._score += reward
         self._steps += 1
-        rgb = np.maximum(self._buf[0], self._buf[1]) if self.frame_skip > 1 else self._buf[1].copy()
+        rgb = np.maximum(self._buf[0], self._buf[1]) if self.frame_skip > 1 and self.max_pool else self._buf[1].copy()
         terminated = bool(self.ale.game_over())
         truncated = self.max_episode_steps is not None and self._steps >= self.max_episode_steps and not terminated
         info = {"lives": int(self.ale.lives()), "score": int(self._score), "frames": self.frames}

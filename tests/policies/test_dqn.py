@@ -213,3 +213,19 @@ def test_ale_env_action_repeat_and_pong_actions():
     assert info["frames"] == 4 and not term
     with pytest.raises(ValueError, match="did you mean"):
         AleEnv("pongg")
+
+
+def test_ale_env_pictures_pooled_or_single_frame():
+    """max_pool: the max of the step's last two frames; False: the last frame alone, what the emulator
+    shows after the step (the rig's camera gives one exposure per picture). The same game either way."""
+    pooled, single = AleEnv("pong", noop_max=0, seed=0), AleEnv("pong", noop_max=0, seed=0, max_pool=False)
+    pooled.reset(seed=0), single.reset(seed=0)
+    differ = 0
+    for a in [2, 3] * 40:
+        op, rp, *_ = pooled.step(a)
+        os_, rs, *_ = single.step(a)
+        p, s = op["images"]["screen"], os_["images"]["screen"]
+        assert np.array_equal(s, single.ale.getScreenRGB()) and rp == rs
+        assert (p >= s).all()  # the last frame is one of the two pooled
+        differ += int(not np.array_equal(p, s))
+    assert differ > 20  # the ball (and the paddles) move between the two frames of most steps
