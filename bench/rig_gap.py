@@ -376,8 +376,7 @@ def main(argv=None) -> int:
                     help="seeds whose emulation agent is also scored with each failure source off (default: every "
                          "seed); the others get emulation, emulation-single-frame and rig only")
     ap.add_argument("--fixes", nargs="*", default=list(FIXES), choices=FIXES)
-    ap.add_argument("--fix-conditions", nargs="+", default=["rig", "emulation"],
-                    choices=CONDITIONS,
+    ap.add_argument("--fix-conditions", nargs="+", default=["rig", "emulation"], choices=CONDITIONS, metavar="CONDITION",
                     help="where the fixes are scored, any condition (default rig emulation: emulation shows what "
                          "extra training alone did; rig-clean: what remains with every source off)")
     ap.add_argument("--eval-games", type=int, default=10, help="games per agent and condition (default 10)")
