@@ -17,7 +17,9 @@ the emulated rig, with each of the rig's failure sources switched off in turn, a
    lighting) and all of them off (``rig-clean``). A source's share of the gap is what switching it
    off wins back. ``emulation-single-frame``: emulation with the step's last frame alone instead of the
    max of its last two (the rig's camera gives one exposure per picture; with every source off the rig
-   still differs from emulation in this and in the resampling through camera and rectification).
+   still differs from emulation in this and in the resampling through camera and rectification);
+   ``emulation-filmed``: emulation's pictures and timing, each picture filmed by the rig's camera with
+   every source off and rectified (the resampling alone).
 3. **Fixes**, each started from the emulation agent and scored on the rig the same way:
    ``dagger-rig``: DAgger rounds on the rig itself (the host's RAM labels the game's present state
    while the agent sees the camera: fine-tuning on the rig with a teacher, ``--fix-rounds``);
@@ -69,7 +71,7 @@ import numpy as np  # noqa: E402
 # Mnih et al. 2015 (Nature), Extended Data Table 2: random play and the professional human tester
 CONSTANTS = {"pong": {"random": -20.7, "human": 9.3}, "breakout": {"random": 1.7, "human": 31.8}}
 SOURCES = ("latency", "jitter", "perspective", "blur_noise", "lighting")
-CONDITIONS = ("emulation", "emulation-single-frame", "rig", *(f"rig-no-{s}" for s in SOURCES), "rig-clean")
+CONDITIONS = ("emulation", "emulation-single-frame", "emulation-filmed", "rig", *(f"rig-no-{s}" for s in SOURCES), "rig-clean")
 FIXES = ("dagger-rig", "dr", "dagger-rig-history", "dagger-rig-cotrain", "single-frame")
 
 
@@ -97,7 +99,40 @@ def make_env(game: str, condition: str, seed: int, max_steps: int):
         return AleEnv(game, seed=seed, max_episode_steps=max_steps, max_pool=condition == "emulation")
     from hardware.virtual_rig import VirtualRig
 
+    if condition == "emulation-filmed":
+        return FilmedEmulation(game, seed, max_steps)
     return VirtualRig(game, _noise(condition), seed=seed, max_episode_steps=max_steps)
+
+
+class FilmedEmulation:
+    """Emulation's pictures and timing (``AleEnv``: the max of the step's last two frames, the keys at
+    once), each picture filmed by the rig's camera with every failure source off and rectified with
+    its calibration (``VirtualRig(RigNoise.off())``'s camera and rectifier): the resampling alone."""
+
+    def __init__(self, game: str, seed: int, max_steps: int) -> None:
+        from hardware.virtual_rig import RigNoise, VirtualRig
+        from policies.dqn.preprocess import AleEnv
+
+        self.env = AleEnv(game, seed=seed, max_episode_steps=max_steps)
+        rig = VirtualRig(game, RigNoise.off(), seed=seed)
+        self.camera, self.rectifier = rig.camera, rig.rectifier
+        self.action_space, self.action_names = self.env.action_space, self.env.action_names
+
+    @property
+    def ale(self):
+        return self.env.ale
+
+    def _film(self, obs: dict) -> dict:
+        obs["images"]["screen"] = self.rectifier(self.camera.render(obs["images"]["screen"], 0.0))
+        return obs
+
+    def reset(self, seed=None):
+        obs, info = self.env.reset(seed=seed)
+        return self._film(obs), info
+
+    def step(self, a):
+        obs, *rest = self.env.step(a)
+        return (self._film(obs), *rest)
 
 
 class RandomisedRig:

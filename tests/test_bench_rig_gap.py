@@ -14,7 +14,7 @@ ROOT = Path(__file__).resolve().parents[1]
 def _run(tmp_path, work):
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     return subprocess.run([sys.executable, str(ROOT / "bench" / "rig_gap.py"), "--quick", "--games", "breakout",
-                           "--conditions", "emulation", "emulation-single-frame", "rig",
+                           "--conditions", "emulation", "emulation-single-frame", "emulation-filmed", "rig",
                            "rig-no-latency", "--fixes", "dagger-rig", "dagger-rig-history", "dagger-rig-cotrain",
                            "single-frame",
                            "--work", str(work), "--out", str(tmp_path)],
@@ -33,7 +33,7 @@ def test_bench_rig_gap_quick(tmp_path):
     t = g["table"]
     assert set(t) == {"emulation@emulation", "emulation@rig", "emulation@rig-no-latency", "dagger-rig@rig",
                       "dagger-rig@emulation", "dagger-rig-history@rig", "dagger-rig-history@emulation",
-                      "dagger-rig-cotrain@rig", "dagger-rig-cotrain@emulation", "emulation@emulation-single-frame",
+                      "dagger-rig-cotrain@rig", "dagger-rig-cotrain@emulation", "emulation@emulation-single-frame", "emulation@emulation-filmed",
                       "single-frame@rig", "single-frame@emulation"}
     for row in t.values():
         assert row["games"] == 1
@@ -64,3 +64,24 @@ def test_bench_rig_gap_quick(tmp_path):
     r = _run(tmp_path, work)
     assert r.returncode == 0, r.stderr[-2000:]
     assert {p: p.stat().st_mtime_ns for p in work.rglob("*.json")} == before
+
+
+def test_filmed_emulation_is_emulation_through_the_clean_camera():
+    """emulation-filmed: the same game as emulation (rewards, lives, the emulator's frames), each picture
+    filmed by the rig's camera with every source off and rectified: close to the emulator's picture but
+    not the same array."""
+    sys.path.insert(0, str(ROOT / "bench"))
+    import numpy as np
+    from rig_gap import make_env
+
+    from policies.dqn.preprocess import grey_resize
+
+    plain, filmed = make_env("breakout", "emulation", 1, 50), make_env("breakout", "emulation-filmed", 1, 50)
+    (a, _), (b, _) = plain.reset(seed=3), filmed.reset(seed=3)
+    for i in range(40):
+        a, ra, ta, *_ = plain.step(i % 4)
+        b, rb, tb, *_ = filmed.step(i % 4)
+        assert (ra, ta) == (rb, tb) and np.array_equal(plain.ale.getScreenRGB(), filmed.ale.getScreenRGB())
+        pa, pb = a["images"]["screen"], b["images"]["screen"]
+        assert pb.shape == pa.shape == (210, 160, 3) and not np.array_equal(pa, pb)
+        assert np.abs(grey_resize(pa).astype(int) - grey_resize(pb).astype(int)).mean() < 2.0
