@@ -71,7 +71,8 @@ import numpy as np  # noqa: E402
 # Mnih et al. 2015 (Nature), Extended Data Table 2: random play and the professional human tester
 CONSTANTS = {"pong": {"random": -20.7, "human": 9.3}, "breakout": {"random": 1.7, "human": 31.8}}
 SOURCES = ("latency", "jitter", "perspective", "blur_noise", "lighting")
-CONDITIONS = ("emulation", "emulation-single-frame", "emulation-filmed", "rig", *(f"rig-no-{s}" for s in SOURCES), "rig-clean")
+CONDITIONS = ("emulation", "emulation-single-frame", "emulation-filmed", "rig", *(f"rig-no-{s}" for s in SOURCES),
+              "rig-clean")
 FIXES = ("dagger-rig", "dr", "dagger-rig-history", "dagger-rig-cotrain", "single-frame")
 
 
@@ -104,35 +105,24 @@ def make_env(game: str, condition: str, seed: int, max_steps: int):
     return VirtualRig(game, _noise(condition), seed=seed, max_episode_steps=max_steps)
 
 
-class FilmedEmulation:
+def FilmedEmulation(game: str, seed: int, max_steps: int):
     """Emulation's pictures and timing (``AleEnv``: the max of the step's last two frames, the keys at
     once), each picture filmed by the rig's camera with every failure source off and rectified with
     its calibration (``VirtualRig(RigNoise.off())``'s camera and rectifier): the resampling alone."""
+    import gymnasium as gym
 
-    def __init__(self, game: str, seed: int, max_steps: int) -> None:
-        from hardware.virtual_rig import RigNoise, VirtualRig
-        from policies.dqn.preprocess import AleEnv
+    from hardware.virtual_rig import RigNoise, VirtualRig
+    from policies.dqn.preprocess import AleEnv
 
-        self.env = AleEnv(game, seed=seed, max_episode_steps=max_steps)
-        rig = VirtualRig(game, RigNoise.off(), seed=seed)
-        self.camera, self.rectifier = rig.camera, rig.rectifier
-        self.action_space, self.action_names = self.env.action_space, self.env.action_names
+    env = AleEnv(game, seed=seed, max_episode_steps=max_steps)
+    rig = VirtualRig(game, RigNoise.off(), seed=seed)
 
-    @property
-    def ale(self):
-        return self.env.ale
+    def film(obs: dict) -> dict:
+        return {**obs, "images": {"screen": rig.rectifier(rig.camera.render(obs["images"]["screen"], 0.0))}}
 
-    def _film(self, obs: dict) -> dict:
-        obs["images"]["screen"] = self.rectifier(self.camera.render(obs["images"]["screen"], 0.0))
-        return obs
-
-    def reset(self, seed=None):
-        obs, info = self.env.reset(seed=seed)
-        return self._film(obs), info
-
-    def step(self, a):
-        obs, *rest = self.env.step(a)
-        return (self._film(obs), *rest)
+    wrapped = gym.wrappers.TransformObservation(env, film, env.observation_space)
+    wrapped.ale, wrapped.action_names = env.ale, env.action_names  # what the teacher and the agent read
+    return wrapped
 
 
 class RandomisedRig:
@@ -411,7 +401,8 @@ def main(argv=None) -> int:
                     help="seeds whose emulation agent is also scored with each failure source off (default: every "
                          "seed); the others get emulation, emulation-single-frame and rig only")
     ap.add_argument("--fixes", nargs="*", default=list(FIXES), choices=FIXES)
-    ap.add_argument("--fix-conditions", nargs="+", default=["rig", "emulation"], choices=CONDITIONS, metavar="CONDITION",
+    ap.add_argument("--fix-conditions", nargs="+", default=["rig", "emulation"], choices=CONDITIONS,
+                    metavar="CONDITION",
                     help="where the fixes are scored, any condition (default rig emulation: emulation shows what "
                          "extra training alone did; rig-clean: what remains with every source off)")
     ap.add_argument("--eval-games", type=int, default=10, help="games per agent and condition (default 10)")
