@@ -19,7 +19,9 @@ the emulated rig, with each of the rig's failure sources switched off in turn, a
    max of its last two (the rig's camera gives one exposure per picture; with every source off the rig
    still differs from emulation in this and in the resampling through camera and rectification);
    ``emulation-filmed``: emulation's pictures and timing, each picture filmed by the rig's camera with
-   every source off and rectified (the resampling alone).
+   every source off and rectified (the resampling alone); ``rig-timing``: the rig's timing with every
+   failure source on, the camera skipped (the emulator's own single frames as shown at exposure: the
+   timing alone, ``VirtualRig(film=False)``).
 3. **Fixes**, each started from the emulation agent and scored on the rig the same way:
    ``dagger-rig``: DAgger rounds on the rig itself (the host's RAM labels the game's present state
    while the agent sees the camera: fine-tuning on the rig with a teacher, ``--fix-rounds``);
@@ -34,7 +36,15 @@ the emulated rig, with each of the rig's failure sources switched off in turn, a
    (the emulation agent plays them once, the teacher labels; half of every batch): the rounds hold
    5-10 thousand rig samples, the agent learnt the game from 50 thousand or more;
    ``single-frame``: DAgger rounds in ``emulation-single-frame`` (no rig, no camera: the agent re-learns
-   from pictures of one exposure, as the rig gives them; as cheap as emulation).
+   from pictures of one exposure, as the rig gives them; as cheap as emulation);
+   ``dagger-rig-ahead``: ``dagger-rig-history`` with the teacher labelling the state its key will meet
+   (``VirtualRig.ram_at_key``: the present state played forward under the keys already sent to the tick
+   where a key sent now lands) instead of the present state: the teacher was tuned in emulation, where a
+   key acts at once, and reading the present RAM on the rig it plays below its emulation score.
+4. **Teacher** (``--teacher-games``; PRIVILEGED, labels only, never the agent): the teacher's own games in
+   emulation, on the rig reading the present RAM (what every fix but ``dagger-rig-ahead`` labels with) and
+   on the rig reading the RAM at its key's tick. It reads no pictures, so it plays on the rig's timing
+   without the camera (``rig-timing``: the same game, checked by a test).
 
 Scores are human-normalised, 100 * (score - random) / (human - random), with the constants of
 Mnih et al. 2015 (Nature 518, Extended Data Table 2): Pong random -20.7, human 9.3; Breakout
@@ -72,8 +82,11 @@ import numpy as np  # noqa: E402
 CONSTANTS = {"pong": {"random": -20.7, "human": 9.3}, "breakout": {"random": 1.7, "human": 31.8}}
 SOURCES = ("latency", "jitter", "perspective", "blur_noise", "lighting")
 CONDITIONS = ("emulation", "emulation-single-frame", "emulation-filmed", "rig", *(f"rig-no-{s}" for s in SOURCES),
-              "rig-clean")
-FIXES = ("dagger-rig", "dr", "dagger-rig-history", "dagger-rig-cotrain", "single-frame")
+              "rig-clean", "rig-timing")
+FIXES = ("dagger-rig", "dr", "dagger-rig-history", "dagger-rig-cotrain", "single-frame", "dagger-rig-ahead")
+HISTORY_FIXES = ("dagger-rig-history", "dagger-rig-cotrain", "dagger-rig-ahead")  # the delay-aware students
+# the PRIVILEGED teacher's own games (labels only; never the agent): where it plays and which RAM it reads
+TEACHER_PLAYS = (("emulation", "present"), ("rig", "present"), ("rig", "at-key"))
 
 
 def human_normalised(game: str, score: float) -> float:
@@ -98,10 +111,12 @@ def make_env(game: str, condition: str, seed: int, max_steps: int):
 
     if condition in ("emulation", "emulation-single-frame"):
         return AleEnv(game, seed=seed, max_episode_steps=max_steps, max_pool=condition == "emulation")
-    from hardware.virtual_rig import VirtualRig
+    from hardware.virtual_rig import RigNoise, VirtualRig
 
     if condition == "emulation-filmed":
         return FilmedEmulation(game, seed, max_steps)
+    if condition == "rig-timing":
+        return VirtualRig(game, RigNoise(), seed=seed, max_episode_steps=max_steps, film=False)
     return VirtualRig(game, _noise(condition), seed=seed, max_episode_steps=max_steps)
 
 
@@ -122,6 +137,7 @@ def FilmedEmulation(game: str, seed: int, max_steps: int):
 
     wrapped = gym.wrappers.TransformObservation(env, film, env.observation_space)
     wrapped.ale, wrapped.action_names = env.ale, env.action_names  # what the teacher and the agent read
+    wrapped.ram_at_key = env.ram_at_key
     return wrapped
 
 
@@ -152,6 +168,9 @@ class RandomisedRig:
     @property
     def ale(self):
         return self.env.ale
+
+    def ram_at_key(self):
+        return self.env.ram_at_key()
 
     def reset(self, seed=None):
         self._draw()
@@ -197,9 +216,10 @@ def train_agent(job: dict) -> dict:
         cfg = BCConfig(rounds=b["fix_rounds"], round_steps=b["round_steps"], train_steps=b["train_steps"],
                        batch_size=b["batch_size"], learning_rate=b["fix_lr"],
                        epsilon=b.get("collect_epsilon", 0.0), aux_weight=b.get("aux_weight", 0.0), seed=seed + 100,
-                       action_history=job.get("history", 0) if how in ("dagger-rig-history", "dagger-rig-cotrain")
-                       else 0, cotrain_steps=job.get("cotrain", 0) if how == "dagger-rig-cotrain" else 0)
-        if how in ("dagger-rig", "dagger-rig-history", "dagger-rig-cotrain"):
+                       action_history=job.get("history", 0) if how in HISTORY_FIXES else 0,
+                       cotrain_steps=job.get("cotrain", 0) if how == "dagger-rig-cotrain" else 0,
+                       label_at_key=how == "dagger-rig-ahead")
+        if how in ("dagger-rig", *HISTORY_FIXES):
             env_fn = lambda s: make_env(game, "rig", s, b["episode_steps"])  # noqa: E731
         elif how == "single-frame":
             env_fn = lambda s: make_env(game, "emulation-single-frame", s, b["episode_steps"])  # noqa: E731
@@ -230,6 +250,38 @@ def score_agent(job: dict) -> dict:
     out = {k: job[k] for k in ("game", "seed", "agent", "condition")}
     out.update(scores=ev["scores"], lengths=ev["lengths"], mean=ev["mean"],
                human_normalised=human_normalised(job["game"], ev["mean"]), wall_s=round(time.time() - t0, 1))
+    _write_json(out, path)
+    return out
+
+
+def score_teacher(job: dict) -> dict:
+    """The PRIVILEGED teacher's own games (``TEACHER_PLAYS``), epsilon-greedy as the evaluation."""
+    from policies.dqn.teacher import make_teacher
+
+    path = job["path"]
+    if os.path.isfile(path):
+        with open(path) as f:
+            return json.load(f)
+    t0 = time.time()
+    game, where, ram = job["game"], job["where"], job["ram"]
+    env = make_env(game, "emulation" if where == "emulation" else "rig-timing", 30_000, job["max_steps"])
+    teacher, rng, scores = make_teacher(game), np.random.default_rng(40_000), []
+    read = env.ram_at_key if ram == "at-key" else env.ale.getRAM
+    for ep in range(job["games"]):
+        env.reset(seed=50_000 + ep)
+        teacher.reset()
+        score = 0.0
+        for _ in range(job["max_steps"]):
+            a = int(teacher(read()))
+            if rng.random() < job["epsilon"]:
+                a = int(rng.integers(env.action_space.n))
+            _, r, term, trunc, _ = env.step(a)
+            score += float(r)
+            if term or trunc:
+                break
+        scores.append(score)
+    out = {"game": game, "where": where, "ram": ram, "scores": scores, "mean": float(np.mean(scores)),
+           "human_normalised": human_normalised(game, float(np.mean(scores))), "wall_s": round(time.time() - t0, 1)}
     _write_json(out, path)
     return out
 
@@ -295,7 +347,10 @@ def summarise(games, scores: list[dict]) -> dict:
             g_out["loss_percent_of_emulation"] = 100 * gap / e if e else None
             g_out["recovered_by_switching_off"] = {
                 c: (table[f"emulation@{c}"]["human_normalised"] - rig["human_normalised"]) for c in CONDITIONS
-                if c.startswith("rig-") and f"emulation@{c}" in table}
+                if (c.startswith("rig-no-") or c == "rig-clean") and f"emulation@{c}" in table}
+            if "emulation@rig-timing" in table:  # the camera skipped, the rig's timing kept
+                g_out["recovered_by_skipping_the_camera"] = (table["emulation@rig-timing"]["human_normalised"]
+                                                             - rig["human_normalised"])
             single = table.get("emulation@emulation-single-frame")
             if single:  # what one exposure per picture costs without the rig's other sources
                 g_out["single_frame_cost_in_emulation"] = e - single["human_normalised"]
@@ -429,6 +484,9 @@ def main(argv=None) -> int:
                     help="last actions the dagger-rig-history / -cotrain student reads beside the pictures (default 2)")
     ap.add_argument("--fix-cotrain", type=int, default=20_000,
                     help="emulation decisions dagger-rig-cotrain trains on beside the rig's (default 20000)")
+    ap.add_argument("--teacher-games", type=int, default=10,
+                    help="games of the PRIVILEGED teacher in emulation, on the rig reading the present RAM and on the "
+                         "rig reading the RAM at its key's tick (default 10; 0: none)")
     ap.add_argument("--jobs", type=int, default=1, help="processes (one thread each; default 1)")
     ap.add_argument("--work", default=None, help="agents and scores (default runs/rig_gap; quick: a temp dir)")
     ap.add_argument("--out", type=pathlib.Path, default=ROOT / "bench" / "results")
@@ -436,6 +494,8 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     if args.eval_games < 1 or args.max_steps < 1 or args.jobs < 1 or args.fix_history < 1 or args.fix_cotrain < 1:
         ap.error("--eval-games, --max-steps, --jobs, --fix-history and --fix-cotrain must be >= 1")
+    if args.teacher_games < 0:
+        ap.error(f"--teacher-games must be >= 0, got {args.teacher_games}")
     try:
         default_rounds, game_rounds = parse_rounds(args.rounds)
     except ValueError as e:
@@ -445,6 +505,7 @@ def main(argv=None) -> int:
         bc = dict(rounds=1, round0_steps=300, round_steps=150, train_steps=20, batch_size=16, lr=args.lr,
                   episode_steps=200, fix_rounds=1, fix_lr=args.fix_lr)
         args.seeds, args.eval_games, args.max_steps = args.seeds[:1], 1, 60
+        args.teacher_games = min(args.teacher_games, 1)
         args.fix_cotrain = min(args.fix_cotrain, 100)
         work = args.work or tmp.name
     else:
@@ -474,6 +535,8 @@ def main(argv=None) -> int:
         t = emulation_tag[g] if how == "emulation" else tag[g]
         if how == "dagger-rig-history":  # its history length: part of its own budget, not the others'
             t = _tag({**game_bc[g], "fix_history": args.fix_history})
+        if how == "dagger-rig-ahead":
+            t = _tag({**game_bc[g], "fix_history": args.fix_history, "label_at_key": True})
         if how == "dagger-rig-cotrain":
             t = _tag({**game_bc[g], "fix_history": args.fix_history, "fix_cotrain": args.fix_cotrain})
         return os.path.join(work, g, f"seed{s}", f"{how}-{t}")
@@ -505,6 +568,14 @@ def main(argv=None) -> int:
     for j in jobs:
         os.makedirs(os.path.dirname(j["path"]), exist_ok=True)
     scores = _pool_map(score_agent, jobs, args.jobs, "scoring", progress)
+    teacher_jobs = [dict(game=g, where=w, ram=ram, games=args.teacher_games, max_steps=args.max_steps,
+                         epsilon=args.epsilon,
+                         path=os.path.join(work, g, "teacher", f"{w}-{ram}-g{args.teacher_games}-m{args.max_steps}"
+                                                               f"-e{args.epsilon}.json"))
+                    for g in args.games for w, ram in TEACHER_PLAYS if args.teacher_games]
+    for j in teacher_jobs:
+        os.makedirs(os.path.dirname(j["path"]), exist_ok=True)
+    teacher = _pool_map(score_teacher, teacher_jobs, args.jobs, "teacher's games", progress)
 
     from hardware.virtual_rig import RigNoise
 
@@ -523,10 +594,13 @@ def main(argv=None) -> int:
                                           "accuracy")} | ({"aux_loss": r["aux_loss"]} if "aux_loss" in r else {})
                        for r in t["rounds"]]} for t in trained],
         "games": summarise(args.games, scores),
+        "teacher_games": {g: {f"{t['where']}, {t['ram']} RAM": {k: t[k] for k in ("scores", "mean", "human_normalised")}
+                              for t in teacher if t["game"] == g} for g in args.games},
         "scores": scores,
     }
     res["wall_s"] = round(time.time() - t0, 1)  # this call; agents and scores found in --work cost nothing here
-    res["compute_s"] = round(sum(t["wall_s"] for t in trained) + sum(s["wall_s"] for s in scores), 1)
+    res["compute_s"] = round(sum(t["wall_s"] for t in trained) + sum(s["wall_s"] for s in scores)
+                             + sum(t["wall_s"] for t in teacher), 1)
     args.out.mkdir(parents=True, exist_ok=True)
     _write_json(res, str(args.out / f"{args.name}.json"))
     plot(res, args.out / f"{args.name}.png")
@@ -535,6 +609,9 @@ def main(argv=None) -> int:
         t = r["table"]
         line = ", ".join(f"{k.replace('emulation@', '')} {v['human_normalised']:.0f}%" for k, v in t.items())
         print(f"{g}: {line}")
+        if res["teacher_games"][g]:
+            print(f"  teacher (PRIVILEGED): " + ", ".join(f"{k} {v['human_normalised']:.0f}%"
+                                                       for k, v in res["teacher_games"][g].items()))
     print(f"wrote {args.out / (args.name + '.json')} in {res['wall_s']:.0f} s")
     return 0
 

@@ -29,6 +29,11 @@ capture latency and the key path), ``jitter`` (frame-interval jitter and drops),
 ``RigNoise.off()`` switches all of them off: the camera then still resamples the screen through
 the rectification, and the agent still sees single frames 2 camera periods apart (emulation gives it
 the max of the step's last two frames, at zero latency).
+
+``film=False`` keeps the rig's timing and skips the camera: the picture is the emulator's own screen as
+it was shown at the exposure time (no perspective, blur, noise, lighting or rectification; the
+picture-quality fields of ``RigNoise`` are then unused). It runs at about emulation speed: for what
+depends on the timing alone (a teacher's timing, a delay-aware student's data).
 """
 
 from __future__ import annotations
@@ -122,12 +127,13 @@ class _Shown:
 
 class VirtualRig(gym.Env):
     """The rig as a gymnasium env on a simulated clock (module docstring). ``noise``: ``RigNoise``;
-    ``frames_per_step``: camera frames per decision (2 at 30 fps = 4 game ticks, DQN's frame skip)."""
+    ``frames_per_step``: camera frames per decision (2 at 30 fps = 4 game ticks, DQN's frame skip);
+    ``film``: False: the rig's timing with the emulator's own pictures (module docstring)."""
 
     metadata = {"render_modes": ["rgb_array"]}
 
     def __init__(self, game: str = "pong", noise: RigNoise | None = None, frames_per_step: int = 2,
-                 noop_max: int = 30, max_episode_steps: int | None = None, seed: int = 0) -> None:
+                 noop_max: int = 30, max_episode_steps: int | None = None, seed: int = 0, film: bool = True) -> None:
         from ale_py import ALEInterface, LoggerMode, roms
 
         from calibration.screen import Rectifier, calibrate_screen
@@ -153,6 +159,14 @@ class VirtualRig(gym.Env):
             "images": spaces.Dict({"screen": spaces.Box(0, 255, SCREEN_SHAPE, np.uint8)}),
             "state": spaces.Box(0, np.inf, (1,), np.float32)})
         n = self.noise
+        self.film = bool(film)
+        self.camera, self.rectifier, self.calibration_residual_px = None, None, None
+        self._rng = np.random.default_rng(seed)
+        self._key_sigma = (math.log(n.key_ms_p99 / n.key_ms_median) / 2.326) if n.key_ms_median > 0 else 0.0
+        self._screens: collections.deque = collections.deque(maxlen=64)
+        self.frames, self.dropped = 0, 0
+        if not self.film:
+            return
         self.camera = ScreenCamera(screen=_Shown(), width=n.width, height=n.height, fps=n.fps, yaw_deg=n.yaw_deg,
                                    pitch_deg=n.pitch_deg, roll_deg=n.roll_deg, dist=n.dist, blur_sigma=n.blur_sigma,
                                    noise_std=n.noise_std, exposure=n.exposure, flicker=n.flicker,
@@ -163,10 +177,6 @@ class VirtualRig(gym.Env):
         cal = calibrate_screen(first, self.camera.markers, K=self.camera.ideal_K(), dist=self.camera.true_dist)
         self.rectifier = Rectifier(cal.H, cal.frame_size, self.camera.ideal_K(), self.camera.true_dist)
         self.calibration_residual_px = cal.residual_px
-        self._rng = np.random.default_rng(seed)
-        self._key_sigma = (math.log(n.key_ms_p99 / n.key_ms_median) / 2.326) if n.key_ms_median > 0 else 0.0
-        self._screens: collections.deque = collections.deque(maxlen=64)
-        self.frames, self.dropped = 0, 0
 
     # -- the clock ----------------------------------------------------------------------------------
     def _tick(self) -> float:
@@ -217,8 +227,8 @@ class VirtualRig(gym.Env):
         return reward, False
 
     def _obs(self) -> dict:
-        img = self.camera.render(self._picture, self._t_obs)
-        return {"images": {"screen": self.rectifier(img)}, "state": np.array([self.ale.lives()], np.float32),
+        img = self.rectifier(self.camera.render(self._picture, self._t_obs)) if self.film else self._picture.copy()
+        return {"images": {"screen": img}, "state": np.array([self.ale.lives()], np.float32),
                 "instruction": ""}
 
     # -- gymnasium ----------------------------------------------------------------------------------
@@ -255,6 +265,25 @@ class VirtualRig(gym.Env):
         truncated = self.max_episode_steps is not None and self._steps >= self.max_episode_steps and not over
         info = {"lives": int(self.ale.lives()), "score": int(self._score), "frames": self.frames, "key_ms": key_ms}
         return self._obs(), reward, bool(over), bool(truncated), info
+
+    def ram_at_key(self) -> np.ndarray:
+        """The game's RAM at the tick where a key sent now would take effect: the present state played
+        forward under the keys already sent, over the key path's median delay to the next tick start
+        (PRIVILEGED: for a teacher that labels what to press for the state its key will meet; in
+        emulation that is the present state). The env's own state is unchanged."""
+        t_key = self._t_obs + self.noise.key_ms_median / 1e3
+        if self._pending and self._pending[-1][0] > t_key:
+            t_key = self._pending[-1][0]
+        state = self.ale.cloneState()
+        k, action, pending = self._k, self._action, collections.deque(self._pending)
+        while k * TICK_S < t_key and not self.ale.game_over():
+            while pending and pending[0][0] <= k * TICK_S:
+                action = pending.popleft()[1]
+            self.ale.act(self._actions[action])
+            k += 1
+        ram = self.ale.getRAM().copy()
+        self.ale.restoreState(state)
+        return ram
 
     def render(self):
         return self.ale.getScreenRGB()

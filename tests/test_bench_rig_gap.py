@@ -15,8 +15,8 @@ def _run(tmp_path, work):
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     return subprocess.run([sys.executable, str(ROOT / "bench" / "rig_gap.py"), "--quick", "--games", "breakout",
                            "--conditions", "emulation", "emulation-single-frame", "emulation-filmed", "rig",
-                           "rig-no-latency", "--fixes", "dagger-rig", "dagger-rig-history", "dagger-rig-cotrain",
-                           "single-frame",
+                           "rig-no-latency", "rig-timing", "--fixes", "dagger-rig", "dagger-rig-history",
+                           "dagger-rig-cotrain", "single-frame", "dagger-rig-ahead",
                            "--work", str(work), "--out", str(tmp_path)],
                           cwd=ROOT, capture_output=True, text=True, timeout=240, env=env)
 
@@ -34,19 +34,28 @@ def test_bench_rig_gap_quick(tmp_path):
     assert set(t) == {"emulation@emulation", "emulation@rig", "emulation@rig-no-latency", "dagger-rig@rig",
                       "dagger-rig@emulation", "dagger-rig-history@rig", "dagger-rig-history@emulation",
                       "dagger-rig-cotrain@rig", "dagger-rig-cotrain@emulation", "emulation@emulation-single-frame",
-                      "emulation@emulation-filmed", "single-frame@rig", "single-frame@emulation"}
+                      "emulation@emulation-filmed", "single-frame@rig", "single-frame@emulation",
+                      "emulation@rig-timing", "dagger-rig-ahead@rig", "dagger-rig-ahead@emulation"}
     for row in t.values():
         assert row["games"] == 1
         assert abs(row["human_normalised"] - 100 * (row["mean_score"] - 1.7) / 30.1) < 1e-9
     assert abs(g["gap_points"] - (t["emulation@emulation"]["human_normalised"]
                                   - t["emulation@rig"]["human_normalised"])) < 1e-9
     assert set(g["recovered_by_switching_off"]) == {"rig-no-latency"}
+    assert abs(g["recovered_by_skipping_the_camera"] - (t["emulation@rig-timing"]["human_normalised"]
+                                                        - t["emulation@rig"]["human_normalised"])) < 1e-9
     single_cost = (t["emulation@emulation"]["human_normalised"]
                    - t["emulation@emulation-single-frame"]["human_normalised"])
     assert abs(g["single_frame_cost_in_emulation"] - single_cost) < 1e-9
-    assert {"dagger-rig", "dagger-rig-history", "dagger-rig-cotrain", "single-frame"} <= set(g["fixes"])
+    assert {"dagger-rig", "dagger-rig-history", "dagger-rig-cotrain", "single-frame", "dagger-rig-ahead"} <= set(
+        g["fixes"])
     assert [x["how"] for x in res["training"]] == ["emulation", "dagger-rig", "dagger-rig-history",
-                                                   "dagger-rig-cotrain", "single-frame"]
+                                                   "dagger-rig-cotrain", "single-frame", "dagger-rig-ahead"]
+    # the PRIVILEGED teacher's own games: one each in quick mode, human-normalised as the agent's
+    tg = res["teacher_games"]["breakout"]
+    assert set(tg) == {"emulation, present RAM", "rig, present RAM", "rig, at-key RAM"}
+    for v in tg.values():
+        assert len(v["scores"]) == 1 and abs(v["human_normalised"] - 100 * (v["mean"] - 1.7) / 30.1) < 1e-9
     assert res["training"][1]["rounds"][0]["player"] == "student"  # the fix starts from the emulation agent
     from policies.dqn.dqn import DQN  # the delay-aware fix reads its last --fix-history actions, the others none
 
@@ -58,6 +67,10 @@ def test_bench_rig_gap_quick(tmp_path):
     co = [json.loads(x) for x in open(co_run / "rounds.jsonl")]
     assert [r["cotrain_samples"] for r in co] == [res["fix_cotrain"]] == [100]  # quick: 100 emulation decisions
     assert DQN.from_checkpoint(str(co_run)).cfg.action_history == 2
+    (ahead_run,) = work.glob("breakout/seed0/dagger-rig-ahead-*")  # labels the state its key meets
+    assert json.load(open(ahead_run / "bc_config.json"))["label_at_key"] is True
+    assert json.load(open(hist_run / "bc_config.json"))["label_at_key"] is False
+    assert DQN.from_checkpoint(str(ahead_run)).cfg.action_history == 2
     assert res["rig_noise"]["latency_ms"] == 50.0
     assert (tmp_path / "rig_gap.png").stat().st_size > 5_000
     # a second call finds every agent and score in --work

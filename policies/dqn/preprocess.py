@@ -168,5 +168,10 @@ class AleEnv(gym.Env):
         info = {"lives": int(self.ale.lives()), "score": int(self._score), "frames": self.frames}
         return self._obs(rgb), float(reward), terminated, bool(truncated), info
 
+    def ram_at_key(self) -> np.ndarray:
+        """The RAM at the tick where an action taken now takes effect: here the present one (a step's
+        action acts from its first frame). ``hardware.virtual_rig.VirtualRig`` has the rig's version."""
+        return self.ale.getRAM()
+
     def render(self):
         return self.ale.getScreenRGB()

@@ -85,3 +85,63 @@ def test_the_rig_game_runs_at_60_hz():
         _, _, term, _, info = env.step(0)
     ticks = env.frames - f0
     assert 150 * 4 * 0.97 < ticks < 150 * 4 * 1.03  # 2 camera frames at 30 fps = 4 ticks, jitter and drops aside
+
+
+def _random_actions(n, seed):
+    return [int(a) for a in np.random.default_rng(seed).integers(0, 6, n)]
+
+
+def test_unfilmed_rig_has_the_rig_timing_and_the_emulators_pictures():
+    """film=False skips the camera: the same game as the filmed rig (same seed and keys: rewards, RAM,
+    ticks), each picture the emulator's own screen as shown at the exposure time."""
+    noise = RigNoise()
+    filmed, bare = VirtualRig("pong", noise, seed=4), VirtualRig("pong", noise, seed=4, film=False)
+    assert bare.camera is None and bare.rectifier is None
+    (o1, _), (o2, _) = filmed.reset(seed=7), bare.reset(seed=7)
+    for a in _random_actions(120, 0):
+        o1, r1, *_, i1 = filmed.step(a)
+        o2, r2, *_, i2 = bare.step(a)
+        assert r1 == r2 and i1["frames"] == i2["frames"] and i1["key_ms"] == i2["key_ms"]
+        assert np.array_equal(filmed.ale.getRAM(), bare.ale.getRAM())
+        assert np.array_equal(o2["images"]["screen"], bare._picture)  # the shown screen, not a camera frame
+        assert o2["images"]["screen"].shape == (210, 160, 3) and o2["images"]["screen"].dtype == np.uint8
+    # 50 ms of capture latency: the picture is an earlier screen than the emulator's present one
+    assert not np.array_equal(o2["images"]["screen"], bare.render())
+
+
+class _KeySpy(VirtualRig):
+    """Records the RAM at the start of each tick where a sent key takes effect."""
+
+    def reset(self, **kw):
+        self.landed = []
+        return super().reset(**kw)
+
+    def _tick(self):
+        if self._pending and self._pending[0][0] <= self._k * 1.0 / 60.0:
+            self.landed.append(self.ale.getRAM().copy())
+        return super()._tick()
+
+
+def test_ram_at_key_is_the_state_the_key_meets_and_changes_nothing():
+    """ram_at_key() predicts the RAM at the tick where the key sent next takes effect (a key path of fixed
+    delay: its median is the delay), and calling it leaves the game as it was."""
+    noise = dataclasses.replace(RigNoise(), key_ms_median=12.0, key_ms_p99=12.0)
+    spy, plain = _KeySpy("pong", noise, seed=2, film=False), VirtualRig("pong", noise, seed=2, film=False)
+    spy.reset(seed=5)
+    plain.reset(seed=5)
+    predicted = []
+    for a in _random_actions(200, 1):
+        predicted.append(spy.ram_at_key())
+        o1, r1, *_ = spy.step(a)
+        o2, r2, *_ = plain.step(a)
+        assert r1 == r2 and np.array_equal(o1["images"]["screen"], o2["images"]["screen"])
+        assert np.array_equal(spy.ale.getRAM(), plain.ale.getRAM())
+    assert len(spy.landed) == len(predicted)  # each key lands within its step (12 ms < a 67 ms step)
+    assert all(np.array_equal(p, q) for p, q in zip(predicted, spy.landed))
+    # the key meets a later state than the present one the decision was made in
+    spy.reset(seed=5)
+    differs = 0
+    for a in _random_actions(50, 2):
+        differs += not np.array_equal(spy.ram_at_key(), spy.ale.getRAM())
+        spy.step(a)
+    assert differs > 40

@@ -284,3 +284,46 @@ def test_dagger_collects_the_cotraining_samples_once_in_their_own_env(tmp_path):
         torch.set_num_threads(threads)
     assert len(made) == 1
     assert [r["cotrain_samples"] for r in rounds] == [25, 25] and [r["samples"] for r in rounds] == [30, 50]
+
+
+class _RamSpy:
+    """A teacher that records the RAM it is given and says NOOP."""
+
+    def __init__(self):
+        self.rams = []
+
+    def reset(self):
+        pass
+
+    def __call__(self, ram):
+        self.rams.append(np.array(ram, copy=True))
+        return 0
+
+
+def test_label_at_key_labels_the_state_the_key_meets():
+    """With label_at_key the teacher reads env.ram_at_key() (on the rig: the state where its key lands, a
+    tick or more after the present one) for every decision; without it, the present RAM. An env without
+    ram_at_key is refused by name."""
+    from hardware.virtual_rig import RigNoise, VirtualRig
+
+    class Rig(VirtualRig):
+        def ram_at_key(self):
+            self.given = getattr(self, "given", []) + [super().ram_at_key()]
+            return self.given[-1]
+
+    env, teacher = Rig("pong", RigNoise(), seed=0, film=False), _RamSpy()
+    collect(env, teacher, None, 40, 0.0, np.random.default_rng(0), 40, seed=1, label_at_key=True)
+    assert len(teacher.rams) == len(env.given) == 40
+    assert all(np.array_equal(a, b) for a, b in zip(teacher.rams, env.given))
+    present = _RamSpy()
+    collect(Rig("pong", RigNoise(), seed=0, film=False), present, None, 40, 0.0, np.random.default_rng(0), 40, seed=1)
+    assert sum(not np.array_equal(a, b) for a, b in zip(present.rams, teacher.rams)) > 30  # same game, later state
+    e = AleEnv("pong", seed=0)
+    e.reset(seed=0)
+    assert np.array_equal(e.ram_at_key(), e.ale.getRAM())  # emulation: a step's action acts from its first frame
+
+    class NoKeyTime:
+        ale, action_space = e.ale, e.action_space
+
+    with pytest.raises(ValueError, match="label_at_key needs an env with ram_at_key"):
+        collect(NoKeyTime(), _RamSpy(), None, 4, 0.0, np.random.default_rng(0), 4, seed=0, label_at_key=True)
