@@ -387,6 +387,11 @@ def plot(res: dict, path: pathlib.Path) -> None:
                 vals.append(t[key]["human_normalised"])
                 errs.append(t[key]["hn_seed_std"] or 0.0)
                 cols.append(col)
+        for key, v in res.get("teacher_games", {}).get(g, {}).items():  # PRIVILEGED: labels, never the agent
+            names.append(f"TEACHER* {key} [{len(v['scores'])}g]")
+            vals.append(v["human_normalised"])
+            errs.append(0.0)
+            cols.append("tab:gray")
         ax.bar(range(len(vals)), vals, yerr=errs, color=cols, capsize=3)
         for i, v in enumerate(vals):
             ax.text(i, v, f"{v:.0f}", ha="center", va="bottom", fontsize=8)
@@ -395,7 +400,8 @@ def plot(res: dict, path: pathlib.Path) -> None:
         ax.axhline(50, color="gray", ls=":", lw=1)
         ax.axhline(0, color="gray", lw=1)
         ax.set_ylabel("human-normalised score (%)")
-        ax.set_title(f"{g}: BC+DAgger agent, emulation vs emulated rig ([Ns]: seeds; bars: seed std)", fontsize=9)
+        ax.set_title(f"{g}: BC+DAgger agent, emulation vs emulated rig ([Ns]: seeds; bars: seed std)\n"
+                     "*: the PRIVILEGED RAM teacher's own games (labels only)", fontsize=9)
     # the budget curve: each DAgger round's student as it played that round's games (epsilon-greedy as
     # the evaluation, in emulation), against the labelled samples it was trained on
     for ax, g in zip(axes[1], games):
@@ -405,20 +411,26 @@ def plot(res: dict, path: pathlib.Path) -> None:
 
         start = {tr["seed"]: tr["rounds"][-1]["samples"] for tr in res["training"]
                  if tr["game"] == g and tr["how"] == "emulation" and tr["rounds"]}
-        for tr in res["training"]:
-            if tr["game"] != g or not tr["rounds"]:
+        x0 = float(np.mean(list(start.values()))) if start else 0.0
+        for how in FIXES:  # a fix's rounds, on the rig (or its env): after the emulation agent's, mean over seeds
+            runs = [tr for tr in res["training"] if tr["game"] == g and tr["how"] == how and tr["rounds"]]
+            if not runs:
                 continue
-            if tr["how"] != "emulation":  # a fix's rounds, on the rig (or randomised rigs): after the emulation agent's
-                if tr["seed"] != min(start, default=tr["seed"]):
-                    continue  # one seed's fixes: a line per fix and seed would hide the curves
-                x0 = start.get(tr["seed"], 0)
-                pts = [(x0 + (tr["rounds"][i - 1]["samples"] if i else 0), human_normalised(g, r["mean_score"]))
-                       for i, r in enumerate(tr["rounds"]) if r["mean_score"] is not None]
-                fin = evaluated(tr["seed"], tr["how"], "rig")
-                if pts:
-                    line, = ax.plot(*zip(*pts), marker=".", ls="--", label=f"{tr['how']} seed {tr['seed']} (its env)")
-                    if fin:
-                        ax.plot([x0 + tr["rounds"][-1]["samples"]], fin, marker="*", ms=12, color=line.get_color())
+            n = min(len(tr["rounds"]) for tr in runs)
+            pts = []
+            for i in range(n):
+                hn = [human_normalised(g, tr["rounds"][i]["mean_score"]) for tr in runs
+                      if tr["rounds"][i]["mean_score"] is not None]
+                if hn:
+                    pts.append((x0 + (runs[0]["rounds"][i - 1]["samples"] if i else 0), float(np.mean(hn))))
+            if pts:
+                line, = ax.plot(*zip(*pts), marker=".", ls="--", label=f"{how} ({len(runs)} seeds, its env)")
+                fin = [v for tr in runs for v in evaluated(tr["seed"], how, "rig")]
+                if fin:
+                    ax.plot([x0 + runs[0]["rounds"][n - 1]["samples"]], [np.mean(fin)], marker="*", ms=12,
+                            color=line.get_color())
+        for tr in res["training"]:
+            if tr["game"] != g or not tr["rounds"] or tr["how"] != "emulation":
                 continue
             pts = [(tr["rounds"][i - 1]["samples"], human_normalised(g, r["mean_score"]))
                    for i, r in enumerate(tr["rounds"]) if i > 0 and r["mean_score"] is not None]
@@ -431,8 +443,8 @@ def plot(res: dict, path: pathlib.Path) -> None:
         ax.axhline(0, color="gray", lw=1)
         ax.set_xlabel("labelled samples the student was trained on")
         ax.set_ylabel("human-normalised (%)")
-        ax.set_title(f"{g}, budget: each round's student in its own games\n(solid: emulation; dashed: a fix's env, "
-                     "first seed; stars: evaluation)", fontsize=8)
+        ax.set_title(f"{g}, budget: each round's student in its own games\n(solid: emulation, per seed; dashed: a "
+                     "fix in its env, mean of seeds; stars: evaluation on the rig)", fontsize=8)
         if ax.get_legend_handles_labels()[0]:
             ax.legend(fontsize=8)
     fig.tight_layout()
