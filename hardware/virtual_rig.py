@@ -179,11 +179,23 @@ class VirtualRig(gym.Env):
         self.calibration_residual_px = cal.residual_px
 
     # -- the clock ----------------------------------------------------------------------------------
+    @staticmethod
+    def _held(pending: collections.deque, k: int, action: int) -> int:
+        """The key held at the start of tick ``k``: the last of ``pending`` (time, key) to have arrived by then
+        (they are taken off ``pending``), else ``action``, the one held before."""
+        while pending and pending[0][0] <= k * TICK_S:
+            action = pending.popleft()[1]
+        return action
+
+    def _key_time(self, key_ms: float) -> float:
+        """When a key sent on the present picture with ``key_ms`` of key path arrives: keys arrive in the order
+        they were sent."""
+        t_key = self._t_obs + key_ms / 1e3
+        return max(t_key, self._pending[-1][0]) if self._pending else t_key
+
     def _tick(self) -> float:
         """Play one 60 Hz tick with the keys held at its start; remember what it displayed."""
-        t = self._k * TICK_S
-        while self._pending and self._pending[0][0] <= t:
-            self._action = self._pending.popleft()[1]
+        self._action = self._held(self._pending, self._k, self._action)
         r = self.ale.act(self._actions[self._action])
         self._k += 1
         self.frames += 1
@@ -255,10 +267,7 @@ class VirtualRig(gym.Env):
         key_ms = 0.0
         if n.key_ms_median > 0:
             key_ms = float(n.key_ms_median * math.exp(self._key_sigma * self._rng.standard_normal()))
-        t_key = self._t_obs + key_ms / 1e3
-        if self._pending and self._pending[-1][0] > t_key:  # keys arrive in the order they were sent
-            t_key = self._pending[-1][0]
-        self._pending.append((t_key, a))
+        self._pending.append((self._key_time(key_ms), a))
         reward, over = self._observe()
         self._score += reward
         self._steps += 1
@@ -271,14 +280,11 @@ class VirtualRig(gym.Env):
         forward under the keys already sent, over the key path's median delay to the next tick start
         (PRIVILEGED: for a teacher that labels what to press for the state its key will meet; in
         emulation that is the present state). The env's own state is unchanged."""
-        t_key = self._t_obs + self.noise.key_ms_median / 1e3
-        if self._pending and self._pending[-1][0] > t_key:
-            t_key = self._pending[-1][0]
+        t_key = self._key_time(self.noise.key_ms_median)
         state = self.ale.cloneState()
         k, action, pending = self._k, self._action, collections.deque(self._pending)
         while k * TICK_S < t_key and not self.ale.game_over():
-            while pending and pending[0][0] <= k * TICK_S:
-                action = pending.popleft()[1]
+            action = self._held(pending, k, action)
             self.ale.act(self._actions[action])
             k += 1
         ram = self.ale.getRAM().copy()

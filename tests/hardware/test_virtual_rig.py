@@ -9,7 +9,7 @@ import pytest
 
 pytest.importorskip("ale_py")
 
-from hardware.virtual_rig import SOURCES, RigNoise, VirtualRig  # noqa: E402
+from hardware.virtual_rig import SOURCES, TICK_S, RigNoise, VirtualRig  # noqa: E402
 
 UP = 2  # Pong's minimal actions: NOOP, FIRE, RIGHT (up), LEFT (down), ...
 
@@ -117,7 +117,7 @@ class _KeySpy(VirtualRig):
         return super().reset(**kw)
 
     def _tick(self):
-        if self._pending and self._pending[0][0] <= self._k * 1.0 / 60.0:
+        if self._pending and self._pending[0][0] <= self._k * TICK_S:
             self.landed.append(self.ale.getRAM().copy())
         return super()._tick()
 
