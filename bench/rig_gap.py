@@ -45,6 +45,10 @@ the emulated rig, with each of the rig's failure sources switched off in turn, a
    emulation, on the rig reading the present RAM (what every fix but ``dagger-rig-ahead`` labels with) and
    on the rig reading the RAM at its key's tick. It reads no pictures, so it plays on the rig's timing
    without the camera (``rig-timing``: the same game, checked by a test).
+5. **The fixes' budget curve** (``--score-rounds``): the fixes keep each round's student
+   (``BCConfig.keep_rounds``) and the students of the rounds named are scored as the final one is
+   (``--eval-games`` games per seed, the fixes' conditions): result against rig decisions, with full
+   evaluations instead of the one or two games each round plays to collect its samples.
 
 Scores are human-normalised, 100 * (score - random) / (human - random), with the constants of
 Mnih et al. 2015 (Nature 518, Extended Data Table 2): Pong random -20.7, human 9.3; Breakout
@@ -218,7 +222,7 @@ def train_agent(job: dict) -> dict:
                        epsilon=b.get("collect_epsilon", 0.0), aux_weight=b.get("aux_weight", 0.0), seed=seed + 100,
                        action_history=job.get("history", 0) if how in HISTORY_FIXES else 0,
                        cotrain_steps=job.get("cotrain", 0) if how == "dagger-rig-cotrain" else 0,
-                       label_at_key=how == "dagger-rig-ahead")
+                       label_at_key=how == "dagger-rig-ahead", keep_rounds=bool(job.get("keep_rounds")))
         if how in ("dagger-rig", *HISTORY_FIXES):
             env_fn = lambda s: make_env(game, "rig", s, b["episode_steps"])  # noqa: E731
         elif how == "single-frame":
@@ -248,6 +252,8 @@ def score_agent(job: dict) -> dict:
     env = make_env(job["game"], job["condition"], 10_000 + job["seed"], job["max_steps"])
     ev = evaluate(agent, env, job["games"], epsilon=job["epsilon"], seed=20_000 + job["seed"])
     out = {k: job[k] for k in ("game", "seed", "agent", "condition")}
+    if job.get("round") is not None:  # a fix's student after this round (the budget curve), not its last
+        out["round"] = job["round"]
     out.update(scores=ev["scores"], lengths=ev["lengths"], mean=ev["mean"],
                human_normalised=human_normalised(job["game"], ev["mean"]), wall_s=round(time.time() - t0, 1))
     _write_json(out, path)
@@ -322,10 +328,33 @@ def _pool_map(fn, jobs: list, n: int, desc: str, progress: bool):
 # ------------------------------------------------------------------------------------------------
 # summary and plot
 # ------------------------------------------------------------------------------------------------
-def summarise(games, scores: list[dict]) -> dict:
+def round_curve(rows: list[dict], final: dict) -> dict:
+    """The fixes' scored rounds (``--score-rounds``) and their last round (the table's own entry) ->
+    {fix: {condition: [{round, human_normalised, hn_per_seed, seeds, games}, ...]}}, rounds ascending."""
+    by = {}
+    for s in rows:
+        by.setdefault((s["agent"], s["condition"], s["round"]), []).append(s)
+    out = {}
+    for (agent, cond, r), ss in sorted(by.items()):
+        g = ss[0]["game"]
+        every = [x for s in ss for x in s["scores"]]
+        out.setdefault(agent, {}).setdefault(cond, []).append(
+            {"round": r, "human_normalised": human_normalised(g, float(np.mean(every))),
+             "hn_per_seed": [human_normalised(g, float(np.mean(s["scores"]))) for s in ss],
+             "seeds": [s["seed"] for s in ss], "games": len(every)})
+    for agent, conds in out.items():
+        for cond, pts in conds.items():
+            last = final.get((agent, cond))
+            if last is not None:
+                pts.append(last)
+    return out
+
+
+def summarise(games, scores: list[dict], fix_rounds: int | None = None) -> dict:
     out = {}
     for g in games:
-        rows = [s for s in scores if s["game"] == g]
+        rounds = [s for s in scores if s["game"] == g and s.get("round") is not None]
+        rows = [s for s in scores if s["game"] == g and s.get("round") is None]
         by = {}
         for s in rows:
             by.setdefault((s["agent"], s["condition"]), []).append(s)
@@ -362,6 +391,12 @@ def summarise(games, scores: list[dict]) -> dict:
                     g_out["fixes"][fx] = {"rig_hn": t["human_normalised"], "recovered_points": rec,
                                           "recovered_share_of_gap": rec / gap if gap > 0 else None,
                                           "emulation_hn": (table.get(f"{fx}@emulation") or {}).get("human_normalised")}
+        if rounds:
+            final = {(t["agent"], t["condition"]): {"round": fix_rounds, "human_normalised": t["human_normalised"],
+                                                      "hn_per_seed": t["hn_per_seed"], "seeds": t["seeds"],
+                                                      "games": t["games"]}
+                     for t in table.values() if t["agent"] != "emulation"}
+            g_out["fix_round_curve"] = round_curve(rounds, final)
         out[g] = g_out
     return out
 
@@ -429,6 +464,14 @@ def plot(res: dict, path: pathlib.Path) -> None:
                 if fin:
                     ax.plot([x0 + runs[0]["rounds"][n - 1]["samples"]], [np.mean(fin)], marker="*", ms=12,
                             color=line.get_color())
+                curve = res["games"].get(g, {}).get("fix_round_curve", {}).get(how, {}).get("rig", [])
+                curve = [c for c in curve if c["round"] is not None and c["round"] <= n]
+                if curve:  # --score-rounds: each kept round's student, evaluated on the rig as the last one
+                    ax.errorbar([x0 + runs[0]["rounds"][c["round"] - 1]["samples"] for c in curve],
+                                [c["human_normalised"] for c in curve],
+                                yerr=[float(np.std(c["hn_per_seed"])) for c in curve], marker="s", ms=5, capsize=3,
+                                color=line.get_color(), label=f"{how}: rounds evaluated on the rig "
+                                                              f"({curve[-1]['games']} games)")
         for tr in res["training"]:
             if tr["game"] != g or not tr["rounds"] or tr["how"] != "emulation":
                 continue
@@ -444,7 +487,7 @@ def plot(res: dict, path: pathlib.Path) -> None:
         ax.set_xlabel("labelled samples the student was trained on")
         ax.set_ylabel("human-normalised (%)")
         ax.set_title(f"{g}, budget: each round's student in its own games\n(solid: emulation, per seed; dashed: a "
-                     "fix in its env, mean of seeds; stars: evaluation on the rig)", fontsize=8)
+                     "fix in its env, mean of seeds; stars / squares: evaluation on the rig)", fontsize=8)
         if ax.get_legend_handles_labels()[0]:
             ax.legend(fontsize=8)
     fig.tight_layout()
@@ -491,6 +534,11 @@ def main(argv=None) -> int:
                     help="weight of the training-only auxiliary loss that reads the teacher's RAM ball and paddle "
                          "positions out of the student's hidden layer (default 1; 0: off)")
     ap.add_argument("--fix-rounds", type=int, default=2, help="DAgger rounds of each fix (default 2)")
+    ap.add_argument("--score-rounds", nargs="*", type=int, default=[], metavar="N",
+                    help="also score each fix's student after these rounds (1 .. --fix-rounds - 1), on the fixes' "
+                         "conditions: the budget curve. The fixes then keep every round's student (26 MB each); a fix "
+                         "found in --work that was trained without it has no rounds to score: the run stops and "
+                         "names it")
     ap.add_argument("--fix-lr", type=float, default=2.5e-4, help="learning rate of the fixes' rounds")
     ap.add_argument("--fix-history", type=int, default=2,
                     help="last actions the dagger-rig-history / -cotrain student reads beside the pictures (default 2)")
@@ -515,7 +563,7 @@ def main(argv=None) -> int:
     tmp = tempfile.TemporaryDirectory(prefix="rig-gap-")
     if args.quick:
         bc = dict(rounds=1, round0_steps=300, round_steps=150, train_steps=20, batch_size=16, lr=args.lr,
-                  episode_steps=200, fix_rounds=1, fix_lr=args.fix_lr)
+                  episode_steps=200, fix_rounds=2 if args.score_rounds else 1, fix_lr=args.fix_lr)
         args.seeds, args.eval_games, args.max_steps = args.seeds[:1], 1, 60
         args.teacher_games = min(args.teacher_games, 1)
         args.fix_cotrain = min(args.fix_cotrain, 100)
@@ -525,6 +573,10 @@ def main(argv=None) -> int:
                   train_steps=args.train_steps, batch_size=args.batch_size, lr=args.lr, episode_steps=args.max_steps,
                   fix_rounds=args.fix_rounds, fix_lr=args.fix_lr)
         work = args.work or str(ROOT / "runs" / "rig_gap")
+    bad = [n for n in args.score_rounds if not 1 <= n < bc["fix_rounds"]]
+    if bad:
+        ap.error(f"--score-rounds {bad}: a fix's rounds run 1 .. {bc['fix_rounds']} (--fix-rounds), and its last "
+                 f"round is scored anyway; name rounds 1 .. {bc['fix_rounds'] - 1}")
     if args.collect_epsilon:  # absent when 0: the agents trained before this setting keep their budget tag
         bc["collect_epsilon"] = args.collect_epsilon
     if args.aux_weight:
@@ -557,7 +609,7 @@ def main(argv=None) -> int:
             for g in args.games for s in args.seeds]
     trained = _pool_map(train_agent, base, args.jobs, "emulation agents", progress)
     fixes = [dict(game=g, seed=s, how=fx, run=run_dir(g, s, fx), bc=game_bc[g], threads=threads,
-                  history=args.fix_history, cotrain=args.fix_cotrain,
+                  history=args.fix_history, cotrain=args.fix_cotrain, keep_rounds=bool(args.score_rounds),
                   **{"from": run_dir(g, s, "emulation")}) for g in args.games for s in args.seeds for fx in args.fixes]
     trained += _pool_map(train_agent, fixes, args.jobs, "fixes", progress)
 
@@ -577,6 +629,17 @@ def main(argv=None) -> int:
     # a run cut short leaves the most important scores in --work
     jobs.sort(key=lambda j: (j["condition"] not in ("emulation", "rig"), j["agent"] != "emulation",
                              j["condition"] != "rig"))
+    missing = []
+    for j in [j for j in jobs if j["agent"] != "emulation"]:  # the budget curve: the fixes' earlier rounds, last
+        for n in sorted(set(args.score_rounds)):
+            run = os.path.join(j["run"], "rounds", f"{n:02d}")
+            if not os.path.isfile(os.path.join(run, "model.pt")):
+                missing.append(run)
+                continue
+            jobs.append({**j, "run": run, "round": n, "path": os.path.join(run, "scores", os.path.basename(j["path"]))})
+    if missing:
+        sys.exit(f"--score-rounds: no student kept at {', '.join(sorted(set(missing)))}: that fix was trained without "
+                 "--score-rounds. Delete its run directory to retrain it with every round kept.")
     for j in jobs:
         os.makedirs(os.path.dirname(j["path"]), exist_ok=True)
     scores = _pool_map(score_agent, jobs, args.jobs, "scoring", progress)
@@ -605,7 +668,8 @@ def main(argv=None) -> int:
             "rounds": [{k: r[k] for k in ("round", "player", "samples", "mean_score", "student_agrees", "loss",
                                           "accuracy")} | ({"aux_loss": r["aux_loss"]} if "aux_loss" in r else {})
                        for r in t["rounds"]]} for t in trained],
-        "games": summarise(args.games, scores),
+        "score_rounds": sorted(set(args.score_rounds)),
+        "games": summarise(args.games, scores, bc["fix_rounds"]),
         "teacher_games": {g: {f"{t['where']}, {t['ram']} RAM": {k: t[k] for k in ("scores", "mean", "human_normalised")}
                               for t in teacher if t["game"] == g} for g in args.games},
         "scores": scores,
@@ -621,6 +685,10 @@ def main(argv=None) -> int:
         t = r["table"]
         line = ", ".join(f"{k.replace('emulation@', '')} {v['human_normalised']:.0f}%" for k, v in t.items())
         print(f"{g}: {line}")
+        for fx, conds in r.get("fix_round_curve", {}).items():
+            for c, pts in conds.items():
+                print(f"  {fx} on {c}, by round: " + ", ".join(f"{p['round']}: {p['human_normalised']:.0f}%"
+                                                               for p in pts))
         if res["teacher_games"][g]:
             print(f"  teacher (PRIVILEGED): " + ", ".join(f"{k} {v['human_normalised']:.0f}%"
                                                        for k, v in res["teacher_games"][g].items()))

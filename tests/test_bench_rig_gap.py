@@ -99,3 +99,35 @@ def test_filmed_emulation_is_emulation_through_the_clean_camera():
         pa, pb = a["images"]["screen"], b["images"]["screen"]
         assert pb.shape == pa.shape == (210, 160, 3) and not np.array_equal(pa, pb)
         assert np.abs(grey_resize(pa).astype(int) - grey_resize(pb).astype(int)).mean() < 2.0
+
+
+def test_bench_rig_gap_scores_each_kept_round(tmp_path):
+    """--score-rounds: the fixes keep every round's student and the rounds named are scored as the last one
+    is; the curve lands beside the table, not in it; a fix without its rounds kept stops the run by name."""
+    work = tmp_path / "work"
+    cmd = [sys.executable, str(ROOT / "bench" / "rig_gap.py"), "--quick", "--games", "breakout", "--conditions",
+           "emulation", "rig", "--fixes", "dagger-rig-ahead", "--fix-conditions", "rig", "--teacher-games", "0",
+           "--score-rounds", "1", "--work", str(work), "--out", str(tmp_path)]
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    r = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=240, env=env)
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-4000:]
+    res = json.load(open(tmp_path / "rig_gap.json"))
+    assert res["score_rounds"] == [1]
+    g = res["games"]["breakout"]
+    assert set(g["table"]) == {"emulation@emulation", "emulation@rig", "dagger-rig-ahead@rig"}
+    (run,) = work.glob("breakout/seed0/dagger-rig-ahead-*")
+    assert sorted(p.name for p in (run / "rounds").iterdir()) == ["01", "02"]  # quick: 2 fix rounds with it
+    (kept,) = [s for s in res["scores"] if s.get("round") == 1]
+    assert (kept["agent"], kept["condition"]) == ("dagger-rig-ahead", "rig")
+    assert os.path.isfile(run / "rounds" / "01" / "scores" / "rig-g1-m60-e0.05.json")
+    curve = g["fix_round_curve"]["dagger-rig-ahead"]["rig"]
+    assert [c["round"] for c in curve] == [1, 2]
+    assert curve[0]["human_normalised"] == kept["human_normalised"]
+    assert curve[1]["human_normalised"] == g["table"]["dagger-rig-ahead@rig"]["human_normalised"]
+    # a round named that this fix did not keep: the run stops before scoring and names the directory
+    import shutil
+
+    shutil.rmtree(run / "rounds" / "01")
+    r = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=240, env=env)
+    assert r.returncode != 0
+    assert str(run / "rounds" / "01") in r.stderr and "Traceback" not in r.stderr

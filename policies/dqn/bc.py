@@ -36,6 +36,7 @@ Run directory (``dagger(...)``)::
     RUN/rounds.jsonl              one line per round: samples, teacher / student game scores, loss, accuracy
     RUN/checkpoint/model.pt       the student after the last finished round (written to a temporary
                                   file and renamed: a kill leaves the previous round's student)
+    RUN/rounds/NN/model.pt        round NN's student (``keep_rounds``: a budget curve scores each)
 """
 
 from __future__ import annotations
@@ -43,6 +44,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import shutil
 import time
 from typing import Any, Callable
 
@@ -104,6 +106,9 @@ class BCConfig:
     episode_steps: int = 4500
     """Cap of a collected game, decisions (18000 frames: Nature's 5-minute evaluation cap)."""
     seed: int = 0
+    keep_rounds: bool = False
+    """Keep each round's student as ``RUN/rounds/NN/model.pt`` beside the last one (``checkpoint/``), so
+    that a budget curve can score every round with full evaluations (26 MB each). False: the last only."""
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -250,6 +255,16 @@ def save_student(agent: DQN, out: str) -> None:
     os.replace(path + ".tmp", path)
 
 
+def keep_round(out: str, r: int) -> str:
+    """Copy the student just saved (``RUN/checkpoint/model.pt``) to ``RUN/rounds/NN/model.pt`` (through a
+    temporary file and a rename: a kill leaves no half-written student). -> the round's directory."""
+    d = os.path.join(out, "rounds", f"{r:02d}")
+    os.makedirs(d, exist_ok=True)
+    shutil.copyfile(os.path.join(out, "checkpoint", "model.pt"), os.path.join(d, "model.pt.tmp"))
+    os.replace(os.path.join(d, "model.pt.tmp"), os.path.join(d, "model.pt"))
+    return d
+
+
 def dagger(make_env: Callable[[int], Any], make_teacher: Callable[[], Any], cfg: BCConfig, out: str | None = None,
            agent: DQN | None = None, progress: bool = True, log: Callable[[str], None] = print,
            cotrain_env: Callable[[int], Any] | None = None) -> tuple[DQN, list]:
@@ -336,4 +351,6 @@ def dagger(make_env: Callable[[int], Any], make_teacher: Callable[[], Any], cfg:
             with open(os.path.join(out, "rounds.jsonl"), "a") as f:
                 f.write(json.dumps(row) + "\n")
             save_student(agent, out)
+            if cfg.keep_rounds:
+                keep_round(out, r)
     return agent, rounds

@@ -79,6 +79,30 @@ def _dagger_case(tmp_path):
     assert set(d["label"].tolist()) == {0}
     assert len(open(tmp_path / "rounds.jsonl").read().splitlines()) == 2
     assert json.load(open(tmp_path / "bc_config.json"))["rounds"] == 1
+    assert not (tmp_path / "rounds").exists()  # the last student only, unless keep_rounds
+
+
+def test_keep_rounds_keeps_each_rounds_student(tmp_path):
+    """``keep_rounds``: RUN/rounds/NN/model.pt is the student as it stood after round NN (the budget curve scores
+    each), the last of them the run's own checkpoint."""
+    import torch
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        cfg = BCConfig(rounds=2, round0_steps=60, round_steps=40, train_steps=20, batch_size=16, learning_rate=1e-3,
+                       episode_steps=40, keep_rounds=True)
+        dagger(lambda s: AleEnv("pong", seed=s), lambda: _Always(2), cfg, out=str(tmp_path), progress=False,
+               log=lambda m: None)
+    finally:
+        torch.set_num_threads(threads)
+    assert sorted(p.name for p in (tmp_path / "rounds").iterdir()) == ["00", "01", "02"]
+    assert not list((tmp_path / "rounds").rglob("*.tmp"))
+    w = {n: DQN.from_checkpoint(str(tmp_path / "rounds" / n)).q_network.state_dict() for n in ("00", "01", "02")}
+    last = DQN.from_checkpoint(str(tmp_path)).q_network.state_dict()
+    assert all(torch.equal(w["02"][k], last[k]) for k in last)
+    for a, b in (("00", "01"), ("01", "02")):  # trained between them
+        assert any(not torch.equal(w[a][k], w[b][k]) for k in last)
 
 
 def test_collect_records_the_teachers_ram_targets_now_and_one_decision_earlier():
