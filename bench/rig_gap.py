@@ -441,8 +441,9 @@ def plot(res: dict, path: pathlib.Path) -> None:
     # the evaluation, in emulation), against the labelled samples it was trained on
     for ax, g in zip(axes[1], games):
         def evaluated(seed, agent, condition, g=g):
-            return [x["human_normalised"] for x in res["scores"]
-                    if (x["game"], x["seed"], x["agent"], x["condition"]) == (g, seed, agent, condition)]
+            return [x["human_normalised"] for x in res["scores"]  # the last student's, not a kept round's
+                    if (x["game"], x["seed"], x["agent"], x["condition"]) == (g, seed, agent, condition)
+                    and x.get("round") is None]
 
         start = {tr["seed"]: tr["rounds"][-1]["samples"] for tr in res["training"]
                  if tr["game"] == g and tr["how"] == "emulation" and tr["rounds"]}
@@ -489,7 +490,7 @@ def plot(res: dict, path: pathlib.Path) -> None:
         ax.set_title(f"{g}, budget: each round's student in its own games\n(solid: emulation, per seed; dashed: a "
                      "fix in its env, mean of seeds; stars / squares: evaluation on the rig)", fontsize=8)
         if ax.get_legend_handles_labels()[0]:
-            ax.legend(fontsize=8)
+            ax.legend(fontsize=7, loc="upper left", framealpha=0.6)
     fig.tight_layout()
     fig.savefig(str(path) + ".tmp.png", dpi=90)
     plt.close(fig)
