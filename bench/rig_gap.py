@@ -350,7 +350,7 @@ def round_curve(rows: list[dict], final: dict) -> dict:
     return out
 
 
-def summarise(games, scores: list[dict], fix_rounds: int | None = None) -> dict:
+def summarise(games, scores: list[dict], fix_rounds: int) -> dict:
     out = {}
     for g in games:
         rounds = [s for s in scores if s["game"] == g and s.get("round") is not None]
@@ -466,7 +466,7 @@ def plot(res: dict, path: pathlib.Path) -> None:
                     ax.plot([x0 + runs[0]["rounds"][n - 1]["samples"]], [np.mean(fin)], marker="*", ms=12,
                             color=line.get_color())
                 curve = res["games"].get(g, {}).get("fix_round_curve", {}).get(how, {}).get("rig", [])
-                curve = [c for c in curve if c["round"] is not None and c["round"] <= n]
+                curve = [c for c in curve if c["round"] <= n]
                 if curve:  # --score-rounds: each kept round's student, evaluated on the rig as the last one
                     ax.errorbar([x0 + runs[0]["rounds"][c["round"] - 1]["samples"] for c in curve],
                                 [c["human_normalised"] for c in curve],
