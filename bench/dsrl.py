@@ -57,11 +57,12 @@ COLORS = {"dsrl-na": "#c44e52", "dsrl-sac": "#4c72b0", "sac-raw": "#8c8c8c", "ds
           "dsrl-sac-legacy": "#9fb6d8"}
 
 
-def site_with_ports(path: str, port0: int) -> str:
-    """A copy of the sim-franka-fast preset on ports port0 ... port0 + 5 (parallel sessions)."""
+def site_with_ports(path: str, port0: int, base: str = "sim-franka-fast") -> str:
+    """A copy of the ``base`` sim preset (default sim-franka-fast) on ports port0 ... port0 + 9 (parallel
+    sessions)."""
     from robot_io.site import load_site
 
-    src = load_site("sim-franka-fast").path
+    src = load_site(base).path
     with open(src) as f:
         site = yaml.safe_load(f)
     ports = iter(range(port0, port0 + 10))
@@ -209,6 +210,10 @@ def plot(rows: list[dict], summary: dict, path: pathlib.Path, title: str, method
     plt.close(fig)
 
 
+LEARNER_TIMEOUT_S = 180
+"""The actor's ``--learner-timeout`` in a bench's split session (seconds)."""
+
+
 class SplitSession:
     """A `vla rl` session as a learner process and an actor process on loopback (``--updates async`` needs the
     split), with ``Popen``'s ``poll`` / ``returncode`` so that ``run_jobs`` runs it like a local session: done when
@@ -221,8 +226,11 @@ class SplitSession:
         self.actor_log = open(out + ".actor.log", "w")
         self.learner = subprocess.Popen([*session_cmd, "--role", "learner", "--bind", endpoint], cwd=ROOT,
                                         stdout=self.log, stderr=subprocess.STDOUT, env=env)
+        # the learner loads the VLA and any demos (viewed through the VLA) before its first word: on a loaded
+        # 2-core machine that takes longer than the actor's default 30 s of patience
         self.actor = subprocess.Popen([sys.executable, "-m", "vla.cli", "rl", "--role", "actor", "--learner", endpoint,
-                                       "--serve", "always", "--threads", "1"], cwd=ROOT, stdout=self.actor_log,
+                                       "--learner-timeout", str(LEARNER_TIMEOUT_S), "--serve", "always", "--threads", "1"],
+                                      cwd=ROOT, stdout=self.actor_log,
                                       stderr=subprocess.STDOUT, env=env)
         self.returncode: int | None = None
 

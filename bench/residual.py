@@ -62,7 +62,8 @@ def launch(job: dict, site: str, args) -> subprocess.Popen:
            "--serve", "always", "--videos", "0"]
     if m == "residual":
         cmd += ["--utd", str(args.utd), "--residual-bound", str(args.residual_bound), "--rows", args.rows,
-                "--encoder", args.encoder, "--n-step", str(args.n_step), "--residual-penalty", str(args.residual_penalty)]
+                "--encoder", args.encoder, "--n-step", str(args.n_step), "--residual-penalty", str(args.residual_penalty),
+                "--base-noise", args.base_noise]
     else:
         cmd += ["--utd", str(args.dsrl_utd), "--distill-steps", str(args.distill_steps)]
     if args.demos and m in ("residual", "dsrl-na"):  # the methods whose critic reads executed chunks
@@ -88,6 +89,10 @@ def main(argv=None) -> int:
     ap.add_argument("--n-step", type=int, default=1, help="residual: TD over this many macro-steps")
     ap.add_argument("--residual-penalty", type=float, default=0.0,
                     help="residual: the Q a residual at its bound must gain (0: off, ResFiT)")
+    ap.add_argument("--base-noise", choices=("sample", "zero"), default="sample",
+                    help="residual: the base VLA's sampler noise under the correction, drawn per chunk (sample) or "
+                         "none (zero: a deterministic base, as ResFiT's); the residual's base row is then evaluated "
+                         "noise-free too")
     ap.add_argument("--encoder", choices=("vla", "oracle", "cnn"), default="vla",
                     help="residual: what actor and critic read (oracle: + the simulator's object poses, a labelled "
                          "diagnostic of whether the VLA's features are what limits the correction)")
@@ -115,7 +120,8 @@ def main(argv=None) -> int:
         args.warmup_steps, args.eval_every, args.eval_episodes, args.distill_steps = 2, 0, 1, 1
     work = args.work or tempfile.mkdtemp(prefix="bench-residual-")
     os.makedirs(work, exist_ok=True)
-    jobs = [{"task": t, "method": m, "seed": s, "out": os.path.join(work, f"{t}-{m}-s{s}")}
+    jobs = [{"task": t, "method": m, "seed": s, "out": os.path.join(work, f"{t}-{m}-s{s}"),
+             "base_key": "zero-noise" if m == "residual" and args.base_noise == "zero" else "sampled"}
             for t in args.tasks for s in range(args.seeds) for m in args.methods]
     t_start = time.perf_counter()
     done = dsrl_bench.run_jobs(jobs, work, args, launch)
@@ -138,7 +144,7 @@ def main(argv=None) -> int:
                                          "final_mean": m["final_mean"], "seeds": len(m["final"]), "first_tick_at_90": hits,
                                          "met": len(hits) >= 3 and all(x is not None and x <= GOAL["ticks"] for x in hits)}
     keys = ("checkpoint", "tasks", "methods", "seeds", "total_ticks", "exec_steps", "utd", "residual_bound", "rows",
-            "n_step", "residual_penalty", "encoder",
+            "n_step", "residual_penalty", "base_noise", "encoder",
             "dsrl_utd", "distill_steps", "num_critics", "batch_size", "warmup_steps", "eval_every", "eval_episodes",
             "jobs", "demos", "updates")
     res = {"bench": "residual", "quick": args.quick, "date": _dt.datetime.now().isoformat(timespec="seconds"),

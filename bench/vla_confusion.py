@@ -288,6 +288,10 @@ def main(argv=None) -> int:
     ap.add_argument("--seed-start", type=int, default=100_000, help="first scene seed (default 100000, `vla eval`'s)")
     ap.add_argument("--exec-steps", type=int, default=None, help="chunk rows per re-plan (default: temporal ensembling)")
     ap.add_argument("--jobs", type=int, default=2, help="worker processes, one sim bridge each")
+    ap.add_argument("--robot", default="sim-franka-fast",
+                    help="sim site preset the workers copy onto their own ports (default sim-franka-fast); it must "
+                         "deliver every camera the checkpoint reads, e.g. sim-franka-fast-3cam for a model trained "
+                         "with the side camera")
     ap.add_argument("--port0", type=int, default=6100, help="worker j's bridge uses ports port0 + 20 j ...")
     ap.add_argument("--out", type=pathlib.Path, default=ROOT / "bench" / "results")
     ap.add_argument("--name", default="vla_confusion", help="result file names: OUT/NAME.json and .png")
@@ -304,10 +308,24 @@ def main(argv=None) -> int:
     from hardware.sim_tasks import get_task
     from vla.train import resolve_checkpoint
 
+    from robot_io.site import SiteError, load_site
+
+    ck_path = os.path.join(resolve_checkpoint(args.checkpoint), "config.json")
+    ck_cfg = {}
+    if os.path.isfile(ck_path):  # a compact VLA's; other backbones name no cameras there
+        with open(ck_path) as f:
+            ck_cfg = json.load(f)
+    try:
+        site_cams = load_site(args.robot).cameras
+    except (SiteError, FileNotFoundError, ValueError) as e:
+        ap.error(f"--robot: {e}")
+    missing = [c for c in (ck_cfg.get("config") or {}).get("cameras") or () if c not in site_cams]
+    if missing:
+        ap.error(f"--robot {args.robot} has no camera {', '.join(missing)} (it has {', '.join(site_cams)}), which "
+                 f"the checkpoint reads: give a site that has it (sim-franka-fast-3cam has front, wrist and side)")
     tasks = args.tasks
     if not tasks:
-        with open(os.path.join(resolve_checkpoint(args.checkpoint), "config.json")) as f:
-            tasks = json.load(f).get("sim_tasks")
+        tasks = ck_cfg.get("sim_tasks")
         if not tasks:
             ap.error("give --task: the checkpoint does not record its sim tasks")
     for t in tasks:
@@ -323,8 +341,8 @@ def main(argv=None) -> int:
         ap.error(str(e))
     jobs = min(args.jobs, len(pairs))
     t0 = time.perf_counter()
-    parts = run_workers(work, pairs, jobs, args.port0, str(args.out / args.name), checkpoint=args.checkpoint,
-                        exec_steps=args.exec_steps)
+    parts = run_workers(work, pairs, jobs, args.port0, str(args.out / args.name), site=args.robot,
+                        checkpoint=args.checkpoint, exec_steps=args.exec_steps)
     episodes = sorted((e for p in parts for e in p), key=lambda e: (tasks.index(e["task"]), e["seed"]))
     summary = summarize(episodes, tasks)
     for t, r in summary["tasks"].items():
@@ -338,7 +356,8 @@ def main(argv=None) -> int:
            "checkpoint": portable_path(args.checkpoint), "episodes_per_task": args.episodes,
            "seed_start": args.seed_start, "exec_steps": args.exec_steps,
            "execution": f"chunks of {args.exec_steps}" if args.exec_steps else "temporal ensembling (m = 0.01)",
-           "instruction_override": args.instruction, "wording": args.wording, "jobs": jobs, "wall_s": time.perf_counter() - t0,
+           "instruction_override": args.instruction, "wording": args.wording, "robot": args.robot, "jobs": jobs,
+           "wall_s": time.perf_counter() - t0,
            **summary, "episodes": episodes}
     with open(args.out / f"{args.name}.json", "w") as f:
         json.dump(out, f, indent=1, default=lambda o: None if o is None else str(o))

@@ -57,15 +57,16 @@ def stream_rng(seed: int, stream: int) -> np.random.Generator:
     return np.random.default_rng(seed if stream == 0 else [seed, stream])
 
 
-def run_workers(work, pairs: list, jobs: int, port0: int, log_prefix: str, **common) -> list:
-    """``work(spec)`` in ``jobs`` processes (spawned; in this one for a single job), each on its own sim
-    bridge (ports ``port0 + 20 j ...``, log ``LOG_PREFIX.bridgeJ.log``) with every ``jobs``-th of ``pairs``
-    and ``common``. -> the workers' results, in worker order."""
+def run_workers(work, pairs: list, jobs: int, port0: int, log_prefix: str, site: str = "sim-franka-fast",
+                **common) -> list:
+    """``work(spec)`` in ``jobs`` processes (spawned; in this one for a single job), each on its own copy of
+    the ``site`` sim bridge (ports ``port0 + 20 j ...``, log ``LOG_PREFIX.bridgeJ.log``) with every
+    ``jobs``-th of ``pairs`` and ``common``. -> the workers' results, in worker order."""
     import multiprocessing as mp
 
     with tempfile.TemporaryDirectory() as tmp:
         specs = [{"index": j, "pairs": pairs[j::jobs], "log": f"{log_prefix}.bridge{j}.log",
-                  "robot": site_with_ports(os.path.join(tmp, f"site{j}.yaml"), port0 + 20 * j), **common}
+                  "robot": site_with_ports(os.path.join(tmp, f"site{j}.yaml"), port0 + 20 * j, site), **common}
                  for j in range(jobs)]
         if jobs == 1:
             return [work(specs[0])]

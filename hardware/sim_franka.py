@@ -298,6 +298,10 @@ def build_model(physics_hz: float = 500.0, board: dict | None = None) -> mujoco.
                     fovy=62.0)
     front_pos = [1.45, 0.0, 0.8]
     world.add_camera(name="front", pos=front_pos, quat=look_at_quat(front_pos, [0.42, 0.0, 0.12]), fovy=50.0)
+    # A second fixed view from the robot's right, across the front camera's viewing axis: what the front
+    # camera sees as depth (x), this one sees as left / right (sites that list it: sim-franka-fast-3cam).
+    side_pos = [0.5, -0.8, 0.45]
+    world.add_camera(name="side", pos=side_pos, quat=look_at_quat(side_pos, [0.5, 0.0, 0.06]), fovy=50.0)
     if board is not None:  # added last: the qpos addresses of everything else do not move
         _add_board(spec, board)
     return spec.compile()
@@ -391,7 +395,7 @@ class SimFranka(RealtimePhysics, Arm):
     def describe(self) -> dict[str, Any]:
         from hardware.sim_tasks import TASKS  # numpy only; imported on use
 
-        return {**super().describe(), "sim": True, "objects": list(OBJECT_NAMES), "cameras": ["front", "wrist"],
+        return {**super().describe(), "sim": True, "objects": list(OBJECT_NAMES), "cameras": ["front", "wrist", "side"],
                 "tasks": sorted(TASKS),  # what reset(task=...) accepts; the bridge checks it before the driver
                 "ee_site": "tcp", "physics_hz": self.physics_hz, "control_dt": self.control_dt,
                 "realtime": self.realtime, "object_region": [list(r) for r in OBJECT_REGION],

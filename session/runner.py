@@ -96,6 +96,10 @@ class Session:
 
             task = get_task(cfg.task)
         self.agent.bind(task=task, instruction=cfg.instruction)
+        self.base_noise = getattr(cfg.agent, "base_noise", "sample")
+        """The base evaluation's sampler noise: the VLA's own per-episode draw (``sample``, as `vla eval` draws
+        it), or none for an agent that corrects the noise-free chunk (the residual's ``--base-noise zero``): the
+        base it is compared with is then the one it corrects."""
         from vla.envs import episode_limit, steps_chunks
 
         # the env contract shared with `vla eval` (vla.envs); a learner has no env, its actor has the limit
@@ -250,8 +254,9 @@ class Session:
             if self.guard is not None:
                 self.guard()
             action = None
-            if base:  # the plain VLA with its own sampled noise (as `vla eval` draws it), whatever the agent
-                noise = episode_noise(vla.noise_shape, seed, steps)
+            if base:  # the plain VLA with its own sampled noise (as `vla eval` draws it), or none (base_noise)
+                noise = torch.zeros(1, *vla.noise_shape) if self.base_noise == "zero" else \
+                    episode_noise(vla.noise_shape, seed, steps)
                 with torch.no_grad():
                     chunk_n = vla.sample_actions_from_embedding(aobs, noise=noise, normalized=True)[0, :exec_steps]
             else:
@@ -400,6 +405,8 @@ def read_base_eval(sess: Session, resume: bool) -> dict[str, Any] | None:
     if resume and "vla_sha256" not in base:
         return base
     differ = [k for k, v in want.items() if base.get(k) != v]
+    if base.get("base_noise", "sample") != sess.base_noise:  # files written before the field: sampled noise
+        differ.append("base_noise")
     if differ:
         print(f"{path} was taken with other {', '.join(differ)}; evaluating the base VLA again", flush=True)
         return None
@@ -414,7 +421,7 @@ def write_base_eval(sess: Session, result: dict[str, Any]) -> dict[str, Any]:
     from vla.data.writer import atomic_write_json
 
     base.update(seed_start=sess.cfg.eval_seed_start, max_episode_ticks=int(result.get("max_episode_ticks", sess.max_ticks)),
-                vla_sha256=sess.digest_before, per_episode=result.get("per_episode", []))
+                vla_sha256=sess.digest_before, base_noise=sess.base_noise, per_episode=result.get("per_episode", []))
     atomic_write_json(base, os.path.join(sess.cfg.out, "base_eval.json"))
     return base
 

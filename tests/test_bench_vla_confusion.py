@@ -97,3 +97,33 @@ def test_from_json_classifies_an_earlier_result_again(tmp_path):
     assert new["episodes"][0]["outcome"] == "right object, skill not completed"
     assert new["tasks"]["push_block_to_marker"]["outcomes"]["right object, skill not completed"] == 1
     assert (tmp_path / "r.png").stat().st_size > 5_000
+
+
+def test_a_site_without_a_camera_the_checkpoint_reads_is_refused_by_name(tmp_path, capsys):
+    from tests.conftest import save_tiny_vla
+    from vla_confusion import main
+
+    ck = tmp_path / "ckpt"
+    save_tiny_vla(str(ck))
+    cfg = json.loads((ck / "config.json").read_text())
+    cfg["config"]["cameras"] = ["front", "wrist", "side"]
+    (ck / "config.json").write_text(json.dumps(cfg))
+    with pytest.raises(SystemExit) as e:
+        main(["--checkpoint", str(ck), "--task", "pick_red_cube", "--out", str(tmp_path / "res")])
+    assert e.value.code == 2
+    err = capsys.readouterr().err
+    assert "--robot sim-franka-fast has no camera side" in err and "sim-franka-fast-3cam" in err
+    assert not (tmp_path / "res").exists()  # refused before any bridge started or file was written
+
+
+def test_worker_sites_copy_the_named_preset_onto_their_own_ports(tmp_path):
+    import yaml
+    from dsrl import site_with_ports
+
+    from robot_io.site import load_site
+
+    site = load_site(site_with_ports(str(tmp_path / "s.yaml"), 6500, "sim-franka-fast-3cam"))
+    assert site.cameras == ("front", "wrist", "side")
+    ports = [d.command for d in site.devices.values()]
+    assert len(set(ports)) == 4 and all(":65" in p for p in ports)
+    assert yaml.safe_load((tmp_path / "s.yaml").read_text())["devices"]["side"]["roi"] == [0.0, 0.3, 1.0, 0.9]

@@ -97,7 +97,7 @@ def test_vga_frame_and_construction_errors(sim):
         f = cam.render_now()
     assert f.rgb.shape == (480, 640, 3) and f.rgb.std() > 10
     with pytest.raises(ValueError, match="no camera"):
-        SimCamera("x", sim, camera="side")
+        SimCamera("x", sim, camera="overhead")
     with pytest.raises(ValueError, match="offscreen"):
         SimCamera("x", sim, camera="front", width=4096, height=4096)
     assert cam.describe()["camera"] == "front"
@@ -128,3 +128,27 @@ def test_realtime_sim_with_streaming_camera():
         assert s.sim_time - t_sim0 > 0.2  # physics kept running while we rendered
         assert frames[-1].rgb.std() > 10
         assert np.abs(frames[-1].rgb.astype(int) - frames[0].rgb.astype(int)).mean() > 0.2  # the arm moved
+
+
+def test_side_camera_sees_the_front_cameras_depth_axis_across_its_image(sim, front):
+    """Moving a cube 10 cm away from the robot (x, the front camera's viewing axis) shifts it mostly up / down in
+    the front image and mostly left / right in the side image: the view sim-franka-fast-3cam adds for depth."""
+    side = SimCamera("side", sim, camera="side", width=224, height=224)
+
+    def centroid(cam):
+        ys, xs = np.nonzero(colour_mask(cam.render_now().rgb, 0))
+        assert len(xs) >= 10, "the red cube is out of view"
+        return np.array([xs.mean(), ys.mean()])
+
+    with side:
+        sim.reset(seed=0)
+        for x in (0.40, 0.50):  # the red cube alone near the middle of the object region, others out of the way
+            sim.set_object_pose("red_cube", [x, 0.0, 0.02])
+            for i, name in enumerate(("green_cube", "blue_cube")):
+                sim.set_object_pose(name, [0.6, 0.2 + 0.05 * i, 0.02])
+            if x == 0.40:
+                f0, s0 = centroid(front), centroid(side)
+        df, ds = centroid(front) - f0, centroid(side) - s0
+        assert abs(df[1]) > 2 * abs(df[0]) and abs(ds[0]) > 2 * abs(ds[1])
+        assert abs(ds[0]) > 10  # pixels at 224 px: the side view resolves centimetres along x
+        sim.reset(seed=0)

@@ -66,6 +66,16 @@ def test_the_sim_presets_give_the_far_front_camera_a_region_of_interest():
         assert site.devices["wrist"].roi is None
 
 
+def test_the_three_camera_preset_is_the_fast_preset_plus_a_side_view():
+    fast, three = load_site("sim-franka-fast"), load_site("sim-franka-fast-3cam")
+    assert three.cameras == (*fast.cameras, "side")
+    for name in fast.devices:  # the same devices, on the same ports: the two presets are never up together
+        assert three.devices[name].command == fast.devices[name].command
+    side = three.devices["side"]
+    assert side.params["camera"] == "side" and side.roi is not None
+    assert side.command not in {d.command for d in fast.devices.values()}
+
+
 def test_an_unknown_device_kind_is_refused_naming_file_device_and_known_kinds():
     made = []
 

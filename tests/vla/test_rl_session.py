@@ -402,3 +402,34 @@ def test_oracle_encoder_session_stores_the_simulators_object_poses(tiny_vla, tmp
     assert np.all(np.abs(priv[:, : 3 * n]) < 1.5)  # object offsets from the gripper, metres, inside the cell
     assert np.abs(np.diff(priv[:, -4:-1], axis=0)).max() > 1e-4  # the gripper moved between macro-steps
     assert json.loads((out / "summary.json").read_text())["vla_weights_unchanged"]
+
+
+def test_a_residual_on_the_noise_free_chunk_is_compared_with_the_noise_free_base(tmp_path):
+    """`--base-noise zero`: the residual corrects the deterministic chunk, so the session's base evaluation runs the
+    VLA without noise too, and says so in base_eval.json; a base evaluation with sampled noise is not reused."""
+    from session.runner import Session, read_base_eval, write_base_eval
+    from session.config import RLConfig
+
+    class _NoiseLog(_StubVLA):
+        def __init__(self):
+            super().__init__()
+            self.noises = []
+
+        def sample_actions_from_embedding(self, emb, noise=None, normalized=False):
+            self.noises.append(noise.clone())
+            return super().sample_actions_from_embedding(emb, noise, normalized)
+
+    def session(base_noise, out):
+        cfg = RLConfig.flat(checkpoint="stub", out=str(tmp_path / out), task="pick_red_cube", method="residual",
+                            base_noise=base_noise, total_ticks=64, num_critics=2, hidden=(16,), eval_episodes=2)
+        os.makedirs(cfg.out, exist_ok=True)
+        return Session(cfg, _CameraEnv(), _NoiseLog(), progress=False)
+
+    zero, sampled = session("zero", "run"), session("sample", "run")
+    res = zero.evaluate(2, 100, base=True)
+    assert res["episodes"] == 2 and zero.vla.noises and all(not n.any() for n in zero.vla.noises)
+    sampled.evaluate(2, 100, base=True)
+    assert all(n.abs().sum() > 0 for n in sampled.vla.noises)
+    assert write_base_eval(zero, res)["base_noise"] == "zero"
+    assert read_base_eval(zero, resume=False) is not None
+    assert read_base_eval(sampled, resume=False) is None  # the other base: evaluated again
