@@ -98,8 +98,8 @@ class Session:
         self.agent.bind(task=task, instruction=cfg.instruction)
         self.base_noise = getattr(cfg.agent, "base_noise", "sample")
         """The base evaluation's sampler noise: the VLA's own per-episode draw (``sample``, as `vla eval` draws
-        it), or none for an agent that corrects the noise-free chunk (the residual's ``--base-noise zero``): the
-        base it is compared with is then the one it corrects."""
+        it), or none for an agent whose config acts on the noise-free chunk (``base_noise = "zero"``): the base
+        it is compared with is then the one it acts on."""
         from vla.envs import episode_limit, steps_chunks
 
         # the env contract shared with `vla eval` (vla.envs); a learner has no env, its actor has the limit
