@@ -308,7 +308,7 @@ def main(argv=None) -> int:
     from hardware.sim_tasks import get_task
     from vla.train import resolve_checkpoint
 
-    from robot_io.site import SiteError, load_site
+    from robot_io.site import load_site
 
     ck_path = os.path.join(resolve_checkpoint(args.checkpoint), "config.json")
     ck_cfg = {}
@@ -317,7 +317,7 @@ def main(argv=None) -> int:
             ck_cfg = json.load(f)
     try:
         site_cams = load_site(args.robot).cameras
-    except (SiteError, FileNotFoundError, ValueError) as e:
+    except (FileNotFoundError, ValueError) as e:  # SiteError is a ValueError
         ap.error(f"--robot: {e}")
     missing = [c for c in (ck_cfg.get("config") or {}).get("cameras") or () if c not in site_cams]
     if missing:
