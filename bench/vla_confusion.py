@@ -9,7 +9,8 @@ simulator's object poses every tick (privileged state, read only here, never by 
 records
 
 * the first cube grasped (``grasped``: between the fingers, gripper closed on it), and the cube
-  nearest the fingers at the first close command (the intent, when no grasp followed);
+  nearest the fingers at the first close command (the intent, when no grasp followed) with its
+  centre's offset from the tcp then (``close_offset_m``, world x / y / z: how far off the grasp was);
 * the first cube moved more than 2 cm (the object acted on, for pushes too);
 * every registered task whose success predicate held at some tick (``achieved_tasks``), how high each
   cube was lifted while grasped, the cubes in the bowl and the cube held at the end.
@@ -97,7 +98,7 @@ def rollout(env, client, policy, seed: int, names: list[str]) -> dict:
     if hasattr(policy, "reset"):
         policy.reset(seed)
     objs0 = objects_from_state({k: np.asarray(v) for k, v in client.last_state.arrays.items()}, names)
-    first_grasped = first_moved = close_nearest = None
+    first_grasped = first_moved = close_nearest = close_offset = None
     achieved: dict[str, int] = {}
     max_lift = {c: 0.0 for c in CUBES}  # the most each cube rose above where it started, while grasped
     ticks, success, done, last_grip = 0, False, False, 1.0
@@ -109,6 +110,7 @@ def rollout(env, client, policy, seed: int, names: list[str]) -> dict:
             ee, gripper = np.asarray(obs["state"][:3], float), float(obs["state"][7])  # [ee_pos, quat, gripper]
             if close_nearest is None and row[6] < 0.5 <= last_grip:  # the first close command
                 close_nearest = min(CUBES, key=lambda c: float(np.linalg.norm(objs[c][:2] - ee[:2])))
+                close_offset = [round(float(v), 4) for v in objs[close_nearest][:3] - ee]
             last_grip = float(row[6])
             if first_grasped is None:
                 first_grasped = next((c for c in CUBES if grasped(objs[c], ee, gripper)), None)
@@ -125,7 +127,8 @@ def rollout(env, client, policy, seed: int, names: list[str]) -> dict:
                 done = True
                 break
     return {"seed": seed, "success": success, "ticks": ticks, "first_grasped": first_grasped,
-            "first_moved": first_moved, "close_nearest": close_nearest, "achieved": achieved,
+            "first_moved": first_moved, "close_nearest": close_nearest, "close_offset_m": close_offset,
+            "achieved": achieved,
             "max_lift_m": max_lift, "in_bowl_at_end": [c for c in CUBES if in_bowl(objs[c], objs["bowl"])],
             "held_at_end": next((c for c in CUBES if grasped(objs[c], np.asarray(obs["state"][:3], float),
                                                             float(obs["state"][7]))), None)}
@@ -140,7 +143,7 @@ def work(job: dict) -> list[dict]:
     from vla.envs import task_env
     from vla_steerability import eval_policy
 
-    policy = eval_policy(job["checkpoint"], job["exec_steps"])
+    policy = eval_policy(job["checkpoint"], job["exec_steps"], job.get("ensemble_window"), job.get("noise", "sample"))
     site = load_site(job["robot"])
     out = []
     with running_bridge(site, job["log"]):
@@ -250,7 +253,9 @@ def plot(summary: dict, path: pathlib.Path, title: str) -> None:
 def plot_title(out: dict) -> str:
     return (f"{os.path.basename(os.path.normpath(out['checkpoint']))}: {out['episodes_per_task']} unseen three-cube "
             "scenes per task" + {"paraphrases": ", the tasks' paraphrases in turn",
-                                 "held-out": ", the held-out wordings"}.get(out.get("wording"), ""))
+                                 "held-out": ", the held-out wordings"}.get(out.get("wording"), "")
+            + ("" if out.get("execution", "temporal ensembling (m = 0.01)") == "temporal ensembling (m = 0.01)"
+               else f"\n{out['execution']}"))
 
 
 def reclassify(path: pathlib.Path) -> int:
@@ -287,6 +292,12 @@ def main(argv=None) -> int:
     ap.add_argument("--episodes", type=int, default=20, help="unseen scenes per task (default 20)")
     ap.add_argument("--seed-start", type=int, default=100_000, help="first scene seed (default 100000, `vla eval`'s)")
     ap.add_argument("--exec-steps", type=int, default=None, help="chunk rows per re-plan (default: temporal ensembling)")
+    ap.add_argument("--ensemble-window", type=int, default=None, metavar="K",
+                    help="temporal ensembling over the newest K predictions of each tick (default: every chunk "
+                         "still covering it, as ACT and `vla eval` do)")
+    ap.add_argument("--noise", default="sample", metavar="sample|zero|mean:N",
+                    help="the sampler's starting noise per chunk, as `vla eval --noise`: one seeded draw (default), "
+                         "zero, or the mean of N draws' chunks")
     ap.add_argument("--jobs", type=int, default=2, help="worker processes, one sim bridge each")
     ap.add_argument("--robot", default="sim-franka-fast",
                     help="sim site preset the workers copy onto their own ports (default sim-franka-fast); it must "
@@ -302,6 +313,14 @@ def main(argv=None) -> int:
         ap.error("give --checkpoint (or --from-json FILE)")
     if args.episodes < 1 or args.jobs < 1:
         ap.error("--episodes and --jobs must be >= 1")
+    if args.ensemble_window is not None and (args.ensemble_window < 1 or args.exec_steps):
+        ap.error("--ensemble-window must be >= 1 and goes with temporal ensembling (no --exec-steps)")
+    from vla.envs import noise_option
+
+    try:
+        noise_option(args.noise)
+    except ValueError as e:
+        ap.error(str(e))
     os.environ.setdefault("MUJOCO_GL", "egl")
     from vla_steerability import portable_path, run_workers
 
@@ -342,7 +361,8 @@ def main(argv=None) -> int:
     jobs = min(args.jobs, len(pairs))
     t0 = time.perf_counter()
     parts = run_workers(work, pairs, jobs, args.port0, str(args.out / args.name), site=args.robot,
-                        checkpoint=args.checkpoint, exec_steps=args.exec_steps)
+                        checkpoint=args.checkpoint, exec_steps=args.exec_steps,
+                        ensemble_window=args.ensemble_window, noise=args.noise)
     episodes = sorted((e for p in parts for e in p), key=lambda e: (tasks.index(e["task"]), e["seed"]))
     summary = summarize(episodes, tasks)
     for t, r in summary["tasks"].items():
@@ -355,7 +375,10 @@ def main(argv=None) -> int:
     out = {"bench": "vla_confusion", "date": _dt.datetime.now().isoformat(timespec="seconds"),
            "checkpoint": portable_path(args.checkpoint), "episodes_per_task": args.episodes,
            "seed_start": args.seed_start, "exec_steps": args.exec_steps,
-           "execution": f"chunks of {args.exec_steps}" if args.exec_steps else "temporal ensembling (m = 0.01)",
+           "execution": (f"chunks of {args.exec_steps}" if args.exec_steps else "temporal ensembling (m = 0.01"
+                         + (f", newest {args.ensemble_window} predictions)" if args.ensemble_window else ")"))
+           + ("" if args.noise == "sample" else f", noise {args.noise}"),
+           "ensemble_window": args.ensemble_window, "noise": args.noise,
            "instruction_override": args.instruction, "wording": args.wording, "robot": args.robot, "jobs": jobs,
            "wall_s": time.perf_counter() - t0,
            **summary, "episodes": episodes}

@@ -74,18 +74,20 @@ def run_workers(work, pairs: list, jobs: int, port0: int, log_prefix: str, site:
             return pool.map(work, specs)
 
 
-def eval_policy(checkpoint: str, exec_steps: int | None):
+def eval_policy(checkpoint: str, exec_steps: int | None, window: int | None = None, noise: str = "sample"):
     """A sim-bench worker's policy, run as `vla eval` runs it: one torch thread, the checkpoint's VLA,
-    chunks of ``exec_steps`` rows, or temporal ensembling when None."""
+    chunks of ``exec_steps`` rows, or temporal ensembling when None (over the newest ``window``
+    predictions of each tick; default all); ``noise`` as `vla eval --noise` (sample, zero, mean:N)."""
     import torch
 
-    from vla.envs import TemporalEnsemble, VLAPolicy
+    from vla.envs import TemporalEnsemble, VLAPolicy, noise_option
     from vla.models import load_vla
     from vla.train import resolve_checkpoint
 
     torch.set_num_threads(1)
     model = load_vla(resolve_checkpoint(checkpoint)).eval()
-    return VLAPolicy(model, exec_steps) if exec_steps else TemporalEnsemble(VLAPolicy(model))
+    base = VLAPolicy(model, exec_steps, **noise_option(noise))
+    return base if exec_steps else TemporalEnsemble(base, window=window)
 
 
 def work(job: dict) -> dict:

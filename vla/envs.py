@@ -197,12 +197,32 @@ def load_env_factory(spec: str) -> Callable[..., Any]:
     return getattr(module, fn)
 
 
+def noise_option(spec: str) -> dict:
+    """``--noise`` (``sample`` | ``zero`` | ``mean:N``) -> ``VLAPolicy``'s ``draws`` / ``zero_noise``."""
+    spec = str(spec).strip()
+    if spec == "sample":
+        return {"draws": 1, "zero_noise": False}
+    if spec == "zero":
+        return {"draws": 1, "zero_noise": True}
+    if spec.startswith("mean:"):
+        n = spec[5:]
+        if n.isdigit() and int(n) >= 1:
+            return {"draws": int(n), "zero_noise": False}
+    raise ValueError(f"--noise {spec!r}: give sample, zero or mean:N with N >= 1 (e.g. mean:8)")
+
+
 class VLAPolicy:
     """``obs (one env observation) -> float32 [n, A]``: the first ``exec_steps`` rows of the VLA's
     chunk. ``noise`` / ``token`` / ``instruction`` overrides are the RL handles; ``token`` given here
-    holds one behaviour token (ExToken) for every call that names none."""
+    holds one behaviour token (ExToken) for every call that names none.
 
-    def __init__(self, model, exec_steps: int | None = None, token: int | None = None) -> None:
+    Without a ``noise`` override each chunk comes from one N(0, I) draw (the episode's, after
+    ``reset(seed)``). ``draws`` N > 1: the chunk is the mean of N draws' chunks, one embedding of the
+    observation shared by all (draw 0 is the single-draw policy's); ``zero_noise``: the sampler
+    starts from 0 (the flow's most central chunk), deterministic."""
+
+    def __init__(self, model, exec_steps: int | None = None, token: int | None = None, draws: int = 1,
+                 zero_noise: bool = False) -> None:
         self.model = model
         self.token = token
         h = model.action_shape[0]
@@ -210,6 +230,16 @@ class VLAPolicy:
         if not 1 <= self.exec_steps <= h:
             raise ValueError(f"exec_steps must be in [1, {h}] (the chunk length), got {exec_steps}")
         self.noise_shape = noise_shape_of(model)
+        if isinstance(draws, bool) or not isinstance(draws, (int, np.integer)) or draws < 1:
+            raise ValueError(f"draws must be a whole number >= 1, got {draws!r}")
+        if (draws > 1 or zero_noise) and self.noise_shape is None:
+            raise ValueError("noise zero / mean:N (draws > 1, zero_noise) needs a VLA whose sampler takes its starting "
+                             "noise; this one does not (an exported graph without a noise input, a LeRobot peer)")
+        if draws > 1 and hasattr(model, "require_handles"):
+            model.require_handles("embed", "sample_actions_from_embedding")  # mean:N shares one embedding
+        if draws > 1 and zero_noise:
+            raise ValueError("draws > 1 averages noise draws; zero_noise has one: choose one")
+        self.draws, self.zero_noise = int(draws), bool(zero_noise)
         self.reset(None)
 
     def reset(self, seed: int | None = None) -> None:
@@ -228,6 +258,11 @@ class VLAPolicy:
 
         if noise is not None:
             noise = torch.as_tensor(np.asarray(noise, np.float32)).reshape(1, *self.model.noise_shape)
+        elif self.zero_noise:
+            noise = torch.zeros(1, *self.noise_shape)
+        elif self.draws > 1:
+            k, self._k = self._k, self._k + 1
+            return self._mean_of_draws(obs, k, token, instruction)
         elif self._seed is not None and self.noise_shape is not None:
             noise = episode_noise(self.noise_shape, self._seed, self._k)
         self._k += 1
@@ -236,22 +271,44 @@ class VLAPolicy:
                                               token=self.token if token is None else token)
         return chunk[0, : self.exec_steps].cpu().numpy().astype(np.float32)
 
+    def _mean_of_draws(self, obs: dict, k: int, token, instruction) -> np.ndarray:
+        import torch
+
+        if self._seed is not None:  # draw 0 is episode_noise(seed, k), the others follow it on one stream
+            g = torch.Generator().manual_seed(int(self._seed) * 1000 + int(k))
+            noise = torch.cat([torch.randn(1, *self.noise_shape, generator=g) for _ in range(self.draws)])
+        else:
+            noise = torch.randn(self.draws, *self.noise_shape)
+        with torch.no_grad():
+            emb = self.model.embed(self.batch(obs, instruction))
+            chunks = self.model.sample_actions_from_embedding(emb.expand(self.draws, -1), noise=noise,
+                                                              token=self.token if token is None else token)
+        return chunks.mean(0)[: self.exec_steps].cpu().numpy().astype(np.float32)
+
 
 class TemporalEnsemble:
     """ACT's temporal ensembling (Zhao et al., 2023): query the VLA at every tick and execute one
     row, the weighted mean of what every chunk still covering this tick predicted for it, with
     weights ``exp(-m * i)``, ``i = 0`` the oldest prediction (ACT: m = 0.01, close to a plain mean).
     Averaging overlapping chunks smooths the chunk boundaries and, for a sampled (flow) policy,
-    averages out the noise draws. ``reset()`` at every episode start (``run_episode`` does)."""
+    averages out the noise draws. ``reset()`` at every episode start (``run_episode`` does).
+
+    ``window``: average only the newest ``window`` predictions for the tick (default: every chunk
+    that still covers it). A chunk predicted k ticks ago was planned from where the arm was then,
+    so a full-horizon mean lags the arm's feedback by about half a chunk; a short window keeps
+    part of the smoothing and less of the lag."""
 
     exec_steps = 1
 
-    def __init__(self, policy: VLAPolicy, m: float = 0.01) -> None:
+    def __init__(self, policy: VLAPolicy, m: float = 0.01, window: int | None = None) -> None:
         if not (np.isfinite(m) and m >= 0):
             raise ValueError(f"temporal ensemble weight m must be >= 0, got {m}")
         if policy.exec_steps != policy.model.action_shape[0]:
             raise ValueError("TemporalEnsemble needs the policy's whole chunk (VLAPolicy with exec_steps=None)")
-        self.policy, self.m = policy, float(m)
+        if window is not None and (isinstance(window, bool) or not isinstance(window, (int, np.integer))
+                                   or window < 1):
+            raise ValueError(f"temporal ensemble window must be a whole number of predictions >= 1, got {window!r}")
+        self.policy, self.m, self.window = policy, float(m), None if window is None else int(window)
         self.reset()
 
     def reset(self, seed: int | None = None) -> None:
@@ -265,6 +322,8 @@ class TemporalEnsemble:
         self._chunks.append((self._t, chunk))
         self._chunks = [(t0, c) for t0, c in self._chunks if self._t - t0 < len(c)]
         rows = np.stack([c[self._t - t0] for t0, c in self._chunks])  # oldest first
+        if self.window is not None:
+            rows = rows[-self.window:]
         w = np.exp(-self.m * np.arange(len(rows)))
         self._t += 1
         return (w[:, None] * rows).sum(0, keepdims=True).astype(np.float32) / w.sum()

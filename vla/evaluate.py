@@ -176,7 +176,8 @@ def plot_success(summary: dict[str, Any], path: str, title: str) -> None:
 def evaluate(model, client, tasks: list[str], episodes: int, out_dir: str, seed_start: int = 100_000,
              exec_steps: int | None = None, videos: int = 2, control_hz: float = 10.0,
              instruction: str | None = None, progress: bool = True,
-             temporal_ensemble: float | None = None, token: int | None = None) -> dict[str, Any]:
+             temporal_ensemble: float | None = None, token: int | None = None,
+             noise: str = "sample") -> dict[str, Any]:
     """Roll ``model`` out on a bridge ``client`` (a sim arm): see the module docstring. ``token``: hold this
     behaviour token (ExToken; a token-conditioned VLA) in every episode."""
     from vla.envs import task_env
@@ -187,27 +188,28 @@ def evaluate(model, client, tasks: list[str], episodes: int, out_dir: str, seed_
             yield task, env, env.max_ticks
 
     return _evaluate(model, envs(), len(tasks), episodes, out_dir, seed_start, exec_steps, videos, control_hz,
-                     progress, temporal_ensemble, token)
+                     progress, temporal_ensemble, token, noise)
 
 
 def evaluate_env(model, env, name: str, episodes: int, out_dir: str, max_ticks: int, seed_start: int = 100_000,
                  exec_steps: int | None = None, videos: int = 2, control_hz: float = 10.0,
                  progress: bool = True, temporal_ensemble: float | None = None,
-                 token: int | None = None) -> dict[str, Any]:
+                 token: int | None = None, noise: str = "sample") -> dict[str, Any]:
     """Roll ``model`` out on a gymnasium ``env`` (DESIGN.md's observation layout, success in
     ``info["success"]``) for ``episodes`` seeded episodes of at most ``max_ticks`` control ticks;
     reported under ``name``. Videos play at ``control_hz``."""
     return _evaluate(model, iter([(name, env, max_ticks)]), 1, episodes, out_dir, seed_start, exec_steps, videos,
-                     control_hz, progress, temporal_ensemble, token)
+                     control_hz, progress, temporal_ensemble, token, noise)
 
 
 def _evaluate(model, envs, n_tasks: int, episodes: int, out_dir: str, seed_start: int, exec_steps: int | None,
               videos: int, control_hz: float, progress: bool,
-              temporal_ensemble: float | None = None, token: int | None = None) -> dict[str, Any]:
+              temporal_ensemble: float | None = None, token: int | None = None,
+              noise: str = "sample") -> dict[str, Any]:
     from tqdm import tqdm
 
     os.makedirs(os.path.join(out_dir, "videos"), exist_ok=True)
-    policy = make_policy(model, exec_steps, temporal_ensemble, token)
+    policy = make_policy(model, exec_steps, temporal_ensemble, token, noise)
     results: list[EpisodeResult] = []
     t0 = time.perf_counter()
     bar = tqdm(total=episodes * n_tasks, desc="eval", unit="ep", disable=not progress)
@@ -230,7 +232,7 @@ def _evaluate(model, envs, n_tasks: int, episodes: int, out_dir: str, seed_start
         jsonl.close()
     summary = summarize(results)
     return {"tasks": summary, "exec_steps": policy.exec_steps, "temporal_ensemble": temporal_ensemble,
-            "seed_start": seed_start,
+            "noise": noise, "seed_start": seed_start,
             "episodes_per_task": episodes, "control_hz": control_hz, "timing": _timing(0.0, time.perf_counter() - t0,
                                                                                       len(results))}
 
@@ -243,16 +245,19 @@ def _timing(startup_s: float, episodes_s: float, n: int) -> dict[str, float]:
             "episodes_per_s": round(n / episodes_s, 4) if episodes_s > 0 else None}
 
 
-def make_policy(model, exec_steps: int | None, temporal_ensemble: float | None, token: int | None):
+def make_policy(model, exec_steps: int | None, temporal_ensemble: float | None, token: int | None,
+                noise: str = "sample"):
     """The evaluated policy: ACT's temporal ensembling over whole chunks (``temporal_ensemble``), or the first
-    ``exec_steps`` rows of every chunk; ``token``: a behaviour token held in every episode."""
-    from vla.envs import TemporalEnsemble, VLAPolicy
+    ``exec_steps`` rows of every chunk; ``token``: a behaviour token held in every episode; ``noise``: the
+    sampler's starting noise (``vla.envs.noise_option``: sample, zero or mean:N)."""
+    from vla.envs import TemporalEnsemble, VLAPolicy, noise_option
 
+    how = noise_option(noise)
     if temporal_ensemble is not None:
         if exec_steps not in (None, 1):
             raise ValueError("--temporal-ensemble executes one row per tick: drop --exec-steps")
-        return TemporalEnsemble(VLAPolicy(model, token=token), temporal_ensemble)
-    return VLAPolicy(model, exec_steps, token=token)
+        return TemporalEnsemble(VLAPolicy(model, token=token, **how), temporal_ensemble)
+    return VLAPolicy(model, exec_steps, token=token, **how)
 
 
 # -- several workers (`vla eval --workers N`) ------------------------------------------------------
@@ -270,6 +275,7 @@ class WorkerJob:
     exec_steps: int | None = None
     temporal_ensemble: float | None = None
     token: int | None = None
+    noise: str = "sample"
     threads: int | None = None
     logs: str = ""
     """Folder of the workers' logs (bridge logs, site copies)."""
@@ -291,7 +297,8 @@ class EvalWorker:
         torch.set_num_threads(job.threads or 1)
         self.job, self.index = job, index
         self.stack = contextlib.ExitStack()
-        self.policy = make_policy(load_vla(job.checkpoint).eval(), job.exec_steps, job.temporal_ensemble, job.token)
+        self.policy = make_policy(load_vla(job.checkpoint).eval(), job.exec_steps, job.temporal_ensemble, job.token,
+                                  job.noise)
         self.envs: dict[str, tuple[Any, int]] = {}
         self.client = None
         if job.env:
@@ -409,7 +416,7 @@ def evaluate_on_workers(job: WorkerJob, tasks: list[str], episodes: int, out_dir
             print(f"eval: a worker did not close cleanly: {str(e).strip().splitlines()[-1][:200]}", flush=True)
     ordered = [results[k] for k in range(len(items))]
     return {"tasks": summarize(ordered), "exec_steps": exec_steps, "temporal_ensemble": job.temporal_ensemble,
-            "seed_start": seed_start, "episodes_per_task": episodes, "control_hz": job.control_hz,
+            "noise": job.noise, "seed_start": seed_start, "episodes_per_task": episodes, "control_hz": job.control_hz,
             "workers": workers, "timing": _timing(t1 - t0, t2 - t1, len(ordered))}
 
 

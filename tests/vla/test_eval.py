@@ -199,3 +199,67 @@ def test_vla_eval_token_holds_a_behaviour_token(tmp_path, capsys):
                  "--token", "3", "--out", str(out)]) != 0
     err = capsys.readouterr().err
     assert "--token 3" in err and "tokens 0..2" in err
+
+
+def _tiny_vla(tokens: int = 0):
+    import torch
+
+    from vla.models.compact import CompactVLA, CompactVLAConfig
+
+    torch.manual_seed(0)
+    m = CompactVLA(CompactVLAConfig(cameras=("front",), image_size=16, state_dim=4, action_dim=2, horizon=4,
+                                    hidden=32, cond_dim=32, keypoints=4, pretrained=False, num_tokens=tokens))
+    m.set_normalization(np.zeros(4), np.ones(4), -np.full(2, 0.2), np.full(2, 0.2))
+    return m.eval()
+
+
+def test_a_chunk_can_be_the_mean_of_several_noise_draws_or_come_from_zero_noise():
+    """``VLAPolicy(draws=N)``: each chunk is the mean of N seeded draws' chunks (draw 0 the one-draw policy's
+    episode noise), reproducible per episode; ``zero_noise``: the chunk the sampler gives from 0."""
+    import torch
+
+    from vla.envs import VLAPolicy, episode_noise
+
+    m = _tiny_vla()
+    obs = {"images": {"front": np.full((16, 16, 3), 90, np.uint8)}, "state": np.ones(4, np.float32),
+           "instruction": "x"}
+    batch = VLAPolicy.batch(obs)
+    g = torch.Generator().manual_seed(7 * 1000 + 1)  # episode 7, chunk 1
+    draws = torch.cat([torch.randn(1, *m.noise_shape, generator=g) for _ in range(3)])
+    assert torch.equal(draws[:1], episode_noise(m.noise_shape, 7, 1))
+    with torch.no_grad():
+        want = torch.stack([m.sample_actions(batch, noise=draws[j:j + 1])[0] for j in range(3)]).mean(0).numpy()
+    pol = VLAPolicy(m, draws=3)
+    pol.reset(7)
+    pol(obs)  # chunk 0
+    np.testing.assert_allclose(pol(obs), want, atol=1e-5)
+    pol.reset(7)
+    first = pol(obs)
+    pol.reset(7)
+    np.testing.assert_allclose(pol(obs), first)  # the same episode seed gives the same chunks
+    one = VLAPolicy(m)
+    one.reset(7)
+    assert not np.allclose(one(obs), first, atol=1e-4)  # a mean of 3 is not the first draw alone
+    with torch.no_grad():
+        zero = m.sample_actions(batch, noise=torch.zeros(1, *m.noise_shape))[0].numpy()
+    np.testing.assert_allclose(VLAPolicy(m, zero_noise=True)(obs), zero, atol=1e-6)
+    for bad in ({"draws": 0}, {"draws": 2.5}, {"draws": True}, {"draws": 2, "zero_noise": True}):
+        with pytest.raises(ValueError, match="draws"):
+            VLAPolicy(m, **bad)
+
+
+@pytest.mark.parametrize("spec,want", [("sample", (1, False)), ("zero", (1, True)), ("mean:8", (8, False)),
+                                       (" mean:1 ", (1, False))])
+def test_the_noise_option_names_one_draw_zero_or_a_mean_of_draws(spec, want):
+    from vla.envs import noise_option
+
+    got = noise_option(spec)
+    assert (got["draws"], got["zero_noise"]) == want
+
+
+@pytest.mark.parametrize("bad", ["", "zeros", "mean", "mean:0", "mean:-2", "mean:2.5", "mean:x", "8"])
+def test_a_bad_noise_option_is_refused_by_name(bad):
+    from vla.envs import noise_option
+
+    with pytest.raises(ValueError, match="--noise"):
+        noise_option(bad)

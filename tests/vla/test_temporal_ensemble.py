@@ -40,6 +40,20 @@ def test_each_tick_executes_the_weighted_mean_of_the_live_chunks(m):
     assert pol.calls == 9  # re-planned every tick
 
 
+@pytest.mark.parametrize("window", [1, 2, 3, 4, 9])
+def test_a_window_averages_only_the_newest_predictions_of_each_tick(window):
+    pol = _Chunks()
+    ens = TemporalEnsemble(pol, 0.01, window=window)
+    for t in range(9):
+        row = ens({})
+        starts = list(range(max(0, t - 3), t + 1))[-window:]  # the newest `window` chunks covering tick t
+        preds = np.array([100.0 * k + (t - k) for k in starts])
+        w = np.exp(-0.01 * np.arange(len(preds)))
+        np.testing.assert_allclose(row[0], [w @ preds / w.sum(), -(w @ preds) / w.sum()], rtol=1e-6)
+    if window == 1:  # the newest chunk's first row alone: re-planning every tick, no averaging
+        np.testing.assert_allclose(row[0], [800.0, -800.0])
+
+
 def test_reset_forgets_the_last_episode():
     ens = TemporalEnsemble(_Chunks(), 0.0)
     for _ in range(5):
@@ -51,6 +65,9 @@ def test_reset_forgets_the_last_episode():
 def test_bad_settings_are_refused():
     with pytest.raises(ValueError, match="m must be >= 0"):
         TemporalEnsemble(_Chunks(), -1.0)
+    for bad in (0, -2, 1.5, True, "3"):
+        with pytest.raises(ValueError, match="window must be a whole number"):
+            TemporalEnsemble(_Chunks(), 0.01, window=bad)
     pol = _Chunks()
     pol.exec_steps = 2
     with pytest.raises(ValueError, match="whole chunk"):

@@ -70,6 +70,11 @@ an int8 export's success rate before it goes to the robot; --threads sets onnxru
                         "the weighted mean of every chunk's prediction for that tick, weights exp(-M * i) from the "
                         "oldest; smooths chunk boundaries and averages the sampler's noise (bench/results/vla_sft "
                         "round 8: 47%% -> 68%% on the pick tasks against re-planning every 4 ticks)")
+    p.add_argument("--noise", default="sample", metavar="sample|zero|mean:N",
+                   help="the sampler's starting noise for each chunk: sample (one N(0, I) draw, seeded per "
+                        "episode; default), zero (deterministic chunks) or mean:N (the mean of N draws' chunks, one "
+                        "embedding of the observation shared); bench/results/vla_sft round 19 compares them on the "
+                        "shipped base")
     p.add_argument("--videos", type=int, default=2, help="episodes per task saved as MP4 (default 2)")
     p.add_argument("--instruction", default=None, help="override every task's instruction (prompt experiments)")
     p.add_argument("--token", type=int, default=None, metavar="K",
@@ -135,6 +140,10 @@ def run(args) -> int:
 
     if args.episodes <= 0:
         raise ValueError("--episodes must be positive")
+    args.noise = getattr(args, "noise", "sample")  # a Namespace built by a caller may predate --noise
+    from vla.envs import noise_option
+
+    noise_option(args.noise)  # a bad --noise fails before anything loads
     _check_workers(args)
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -166,7 +175,7 @@ def run(args) -> int:
             report = evaluate(model, client, tasks, args.episodes, out, seed_start=args.seed_start,
                               exec_steps=args.exec_steps, videos=args.videos, instruction=args.instruction,
                               control_hz=args.control_hz, temporal_ensemble=_temporal_ensemble(args),
-                              token=args.token)
+                              token=args.token, noise=args.noise)
         finally:
             client.close()
     return _report(args, report, ckpt, run_root, out)
@@ -207,9 +216,9 @@ def _run_workers(args, model, ckpt: str) -> int:
     run_root, out = _out_dir(args, ckpt)
     job = WorkerJob(checkpoint=os.path.abspath(ckpt), robot=args.robot, env=args.env, max_ticks=args.max_ticks,
                     control_hz=args.control_hz, instruction=args.instruction, exec_steps=args.exec_steps,
-                    temporal_ensemble=te, token=args.token, threads=args.threads,
+                    temporal_ensemble=te, token=args.token, noise=args.noise, threads=args.threads,
                     logs=log_dir(os.path.join(out, "workers"), local=not args.ray_address))
-    exec_steps = make_policy(model, args.exec_steps, te, args.token).exec_steps
+    exec_steps = make_policy(model, args.exec_steps, te, args.token, args.noise).exec_steps
     report = evaluate_on_workers(job, tasks, args.episodes, out, args.workers, exec_steps, seed_start=args.seed_start,
                                  videos=args.videos, ray_address=args.ray_address)
     if args.env:
@@ -248,7 +257,7 @@ def _run_env(args, model, ckpt: str, make_env) -> int:
         run_root, out = _out_dir(args, ckpt)
         report = evaluate_env(model, env, name, args.episodes, out, int(max_ticks), seed_start=args.seed_start,
                               exec_steps=args.exec_steps, videos=args.videos, control_hz=args.control_hz,
-                              temporal_ensemble=_temporal_ensemble(args), token=args.token)
+                              temporal_ensemble=_temporal_ensemble(args), token=args.token, noise=args.noise)
     finally:
         env.close()
     report["env"] = args.env
