@@ -250,12 +250,19 @@ def plot(summary: dict, path: pathlib.Path, title: str) -> None:
     Image.open(path).convert("RGB").quantize(colors=64, method=Image.Quantize.MEDIANCUT).save(path, optimize=True)
 
 
+def execution_label(exec_steps: int | None = None, window: int | None = None, noise: str = "sample") -> str:
+    """How the episodes were executed, in words (the result file's ``execution``)."""
+    how = f"chunks of {exec_steps}" if exec_steps else \
+        "temporal ensembling (m = 0.01" + (f", newest {window} predictions)" if window else ")")
+    return how + ("" if noise == "sample" else f", noise {noise}")
+
+
 def plot_title(out: dict) -> str:
+    execution = out.get("execution", execution_label())
     return (f"{os.path.basename(os.path.normpath(out['checkpoint']))}: {out['episodes_per_task']} unseen three-cube "
             "scenes per task" + {"paraphrases": ", the tasks' paraphrases in turn",
                                  "held-out": ", the held-out wordings"}.get(out.get("wording"), "")
-            + ("" if out.get("execution", "temporal ensembling (m = 0.01)") == "temporal ensembling (m = 0.01)"
-               else f"\n{out['execution']}"))
+            + ("" if execution == execution_label() else f"\n{execution}"))
 
 
 def reclassify(path: pathlib.Path) -> int:
@@ -375,9 +382,7 @@ def main(argv=None) -> int:
     out = {"bench": "vla_confusion", "date": _dt.datetime.now().isoformat(timespec="seconds"),
            "checkpoint": portable_path(args.checkpoint), "episodes_per_task": args.episodes,
            "seed_start": args.seed_start, "exec_steps": args.exec_steps,
-           "execution": (f"chunks of {args.exec_steps}" if args.exec_steps else "temporal ensembling (m = 0.01"
-                         + (f", newest {args.ensemble_window} predictions)" if args.ensemble_window else ")"))
-           + ("" if args.noise == "sample" else f", noise {args.noise}"),
+           "execution": execution_label(args.exec_steps, args.ensemble_window, args.noise),
            "ensemble_window": args.ensemble_window, "noise": args.noise,
            "instruction_override": args.instruction, "wording": args.wording, "robot": args.robot, "jobs": jobs,
            "wall_s": time.perf_counter() - t0,
