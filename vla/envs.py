@@ -335,9 +335,11 @@ class TemporalEnsemble:
 
 class ChunkDriver:
     """Per-tick actions from a VLA's chunks, for a recorder that steps one action per tick (DAgger,
-    ``vla record --dagger``): re-plans every ``exec_steps`` ticks. With probability ``beta`` per
-    chunk it yields None for that chunk's ticks instead, which hands those ticks to the expert
-    (DAgger's mixture policy). ``reset(seed)`` at every episode start."""
+    ``vla record --dagger``): re-plans every ``exec_steps`` ticks (every tick for a
+    :class:`TemporalEnsemble`). With probability ``beta`` per chunk it yields None for that chunk's
+    ticks instead, which hands those ticks to the expert (DAgger's mixture policy); the policy still
+    plans them, so its noise draws and ensemble history follow the ticks. ``reset(seed)`` at every
+    episode start."""
 
     def __init__(self, policy: VLAPolicy, beta: float = 0.0, seed: int = 0) -> None:
         if not 0.0 <= beta <= 1.0:
@@ -353,8 +355,9 @@ class ChunkDriver:
 
     def __call__(self, obs: dict) -> np.ndarray | None:
         if not self._queue:
-            if self.beta > 0 and self._rng.random() < self.beta:
-                self._queue = [None] * self.policy.exec_steps
-            else:
-                self._queue = list(self.policy(obs))
+            # the policy plans every time, also for the expert's chunks: a policy that keeps a history (a
+            # TemporalEnsemble, one row per tick) stays in step with the episode's ticks
+            rows = list(self.policy(obs))
+            expert = self.beta > 0 and self._rng.random() < self.beta
+            self._queue = [None] * len(rows) if expert else rows
         return self._queue.pop(0)

@@ -69,3 +69,56 @@ def test_driver_is_reseeded_per_episode_and_rejects_bad_beta():
     assert run(4) != run(5)
     with pytest.raises(ValueError, match="beta"):
         ChunkDriver(_Policy(), beta=1.5)
+
+
+class _TickChunks:
+    """A VLAPolicy stand-in for a TemporalEnsemble: whole chunks of H rows whose x is the episode tick each row is
+    for, planned from the tick count the policy was called at (so a history out of step with the ticks shows)."""
+
+    H = 4
+
+    def __init__(self):
+        self.exec_steps = self.H
+        self.model = type("M", (), {"action_shape": (self.H, 7)})()
+        self.t = 0
+
+    def reset(self, seed=None):
+        self.t = 0
+
+    def __call__(self, obs):
+        rows = np.zeros((self.H, 7), np.float32)
+        rows[:, 0] = self.t + np.arange(self.H)
+        rows[:, 6] = 0.5
+        self.t += 1
+        return rows
+
+
+@pytest.mark.parametrize("beta", [0.0, 0.5])
+def test_a_temporal_ensemble_plans_every_tick_also_those_the_expert_drives(beta):
+    from vla.envs import TemporalEnsemble
+
+    env, writer, pol = _Env(), _Writer(), _TickChunks()
+    driver = ChunkDriver(TemporalEnsemble(pol), beta=beta, seed=2)
+    driver.reset(0)
+    record_episode(env, _Expert(), writer, "go", max_steps=24, seed=0, driver=driver)
+    assert pol.t == 24  # one plan per tick, whoever drove it
+    executed = np.stack(env.executed)
+    flags = np.array([bool(f["intervention"][0]) for f in writer.frames])
+    ticks = np.flatnonzero(~flags)
+    # every chunk covering a tick agrees on it, so the ensemble's row is the tick itself unless its history slipped
+    np.testing.assert_allclose(executed[ticks, 0], ticks)
+    assert flags.any() == (beta > 0) and (~flags).any()
+
+
+@pytest.mark.parametrize("argv, field", [
+    (["--dagger-noise", "zero"], "--dagger"),
+    (["--dagger-temporal-ensemble"], "--dagger"),
+    (["--dagger", "ckpt", "--dagger-noise", "loud"], "noise"),
+    (["--dagger", "ckpt", "--dagger-temporal-ensemble", "-1"], "--dagger-temporal-ensemble"),
+])
+def test_vla_record_refuses_dagger_settings_it_cannot_use(tmp_path, capsys, argv, field):
+    from vla.cli import main
+
+    rc = main(["record", "--task", "pick_red_cube", "--teleop", "scripted", "--root", str(tmp_path / "d"), *argv])
+    assert rc != 0 and field in capsys.readouterr().err
+    assert not (tmp_path / "d").exists()  # refused before anything was recorded

@@ -24,6 +24,8 @@ import os
 import signal
 import time
 
+from vla.commands.eval import TE_DEFAULT
+
 log = logging.getLogger(__name__)
 
 
@@ -38,6 +40,8 @@ examples:
   vla record --robot sim-franka --task pick_red_cube --teleop scripted --episodes 20 --root data/pick
   vla record --robot sim-franka-fast --task stack_cubes --teleop scripted --expert-quality 0.6 --root data/stack
   vla record --robot sim-franka-fast --task pick_red_cube --teleop scripted --dagger runs/vla_pick --root data/pick_dagger1
+  vla record --robot sim-franka-fast --task pick_red_cube --teleop scripted --dagger vla/checkpoints/base \
+      --dagger-temporal-ensemble --dagger-noise zero --seed 1000 --root data/pick_dagger_te   # as `vla eval --noise zero` runs it
   vla record --robot sim-franka-fast --task pick_red_cube_yaw45 --teleop scripted --expert-mode random --root data/modes
   vla record --robot my_lab.yaml --teleop keyboard --instruction "fold the towel" --episodes 10 --root data/towel
 
@@ -90,8 +94,15 @@ z re-record, Esc stop. Recording into an existing dataset appends to it.
                    "or not. Train on the demos plus these datasets")
     p.add_argument("--dagger-exec-steps", type=int, default=4, metavar="N",
                    help="--dagger: rows of each chunk the policy executes before it re-plans (default 4)")
+    p.add_argument("--dagger-temporal-ensemble", type=float, nargs="?", const=TE_DEFAULT, default=None, metavar="M",
+                   help="--dagger: the policy drives as `vla eval` runs it by default, with ACT's temporal ensembling "
+                   f"(re-plan every tick, weights exp(-M i), M = {TE_DEFAULT} if not given), instead of "
+                   "--dagger-exec-steps chunks: the states visited are the evaluated policy's own")
+    p.add_argument("--dagger-noise", default="sample", metavar="sample|zero|mean:N",
+                   help="--dagger: the sampler's starting noise per chunk, as `vla eval --noise` (default sample)")
     p.add_argument("--dagger-beta", type=float, default=0.0, metavar="B",
-                   help="--dagger: share of chunks the expert drives instead of the policy (default 0)")
+                   help="--dagger: share of chunks (of ticks with --dagger-temporal-ensemble) the expert drives "
+                   "instead of the policy (default 0)")
     p.add_argument("--label-subskills", action="store_true",
                    help="--teleop scripted on a task made of sub-skills (place_cube_in_bowl, stack_cubes, "
                    "put_all_cubes_in_bowl): each frame's task is the sub-skill the expert is carrying out "
@@ -173,6 +184,16 @@ def run(args) -> int:
     if args.dagger and (args.teleop != "scripted" or args.dart > 0):
         raise ValueError("--dagger needs --teleop scripted (the expert labels the states the policy reaches) and "
                          "no --dart")
+    te = args.dagger_temporal_ensemble
+    if not args.dagger and (te is not None or args.dagger_noise != "sample" or args.dagger_beta > 0):
+        raise ValueError("--dagger-temporal-ensemble, --dagger-noise and --dagger-beta set how the policy drives: "
+                         "they need --dagger CHECKPOINT")
+    if te is not None and not (te >= 0 and te < float("inf")):
+        raise ValueError(f"--dagger-temporal-ensemble M must be a finite weight >= 0, got {te}")
+    if args.dagger:
+        from vla.envs import noise_option
+
+        noise_option(args.dagger_noise)  # a bad --dagger-noise fails before the bridge starts
     if args.teleop != "scripted":
         for flag, value in (("--mistake-rate", args.mistake_rate), ("--mistake-kind", args.mistake_kind),
                             ("--expert-seed", args.expert_seed), ("--expert-mode", args.expert_mode)):
@@ -219,11 +240,13 @@ def run(args) -> int:
         if unsupported:
             raise ValueError(f"--dagger: the scripted expert labels only {list(teleop.FOLLOW_STATE_SKILLS)} skills "
                              f"from the state a policy reached; task {task.name!r} also has {unsupported}")
-        from vla.envs import ChunkDriver, VLAPolicy
+        from vla.envs import ChunkDriver
+        from vla.evaluate import make_policy
         from vla.models import load_vla
         from vla.train import resolve_checkpoint
 
-        policy = VLAPolicy(load_vla(resolve_checkpoint(args.dagger)).eval(), args.dagger_exec_steps)
+        policy = make_policy(load_vla(resolve_checkpoint(args.dagger)).eval(),
+                             None if te is not None else args.dagger_exec_steps, te, None, args.dagger_noise)
         driver = ChunkDriver(policy, beta=args.dagger_beta, seed=args.seed)
         teleop.follow_state = True
     keep_failures = args.keep_failures or driver is not None
@@ -290,7 +313,9 @@ def run(args) -> int:
                     "segments": res.segments if args.label_subskills else None,
                     **expert_row, "expert_mode": teleop.mode if args.teleop == "scripted" else None,
                     "dart_sigma": args.dart if args.dart > 0 else None,
-                    "dagger": ({"checkpoint": os.path.abspath(args.dagger), "exec_steps": args.dagger_exec_steps,
+                    "dagger": ({"checkpoint": os.path.abspath(args.dagger),
+                                "exec_steps": None if te is not None else args.dagger_exec_steps,
+                                "temporal_ensemble": te, "noise": args.dagger_noise,
                                 "beta": args.dagger_beta} if args.dagger else None),
                     "roi": rois or None, "achieved_hz": rate, "recorded_at": time.time()})
                 kept += 1
