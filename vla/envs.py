@@ -338,13 +338,19 @@ class ChunkDriver:
     ``vla record --dagger``): re-plans every ``exec_steps`` ticks (every tick for a
     :class:`TemporalEnsemble`). With probability ``beta`` per chunk it yields None for that chunk's
     ticks instead, which hands those ticks to the expert (DAgger's mixture policy); the policy still
-    plans them, so its noise draws and ensemble history follow the ticks. ``reset(seed)`` at every
+    plans them, so its noise draws and ensemble history follow the ticks.
+
+    ``handover_at_close``: from the first tick whose action closes the gripper (command < 0.5) to the
+    episode's end the expert drives (None every tick): the policy's own approach and descent are
+    labelled, and the grasp, its retries and the lift are the expert's own from where the policy
+    brought the arm, instead of labels on a grasp the policy carries on with. ``reset(seed)`` at every
     episode start."""
 
-    def __init__(self, policy: VLAPolicy, beta: float = 0.0, seed: int = 0) -> None:
+    def __init__(self, policy: VLAPolicy, beta: float = 0.0, seed: int = 0, handover_at_close: bool = False) -> None:
         if not 0.0 <= beta <= 1.0:
             raise ValueError(f"beta must be in [0, 1] (the share of chunks the expert drives), got {beta}")
         self.policy, self.beta, self._seed = policy, float(beta), int(seed)
+        self.handover_at_close = bool(handover_at_close)
         self.reset(0)
 
     def reset(self, seed: int) -> None:
@@ -352,12 +358,22 @@ class ChunkDriver:
             self.policy.reset(seed)
         self._queue: list = []
         self._rng = np.random.default_rng([0xDA66, self._seed, int(seed)])
+        self.handed_over_at: int | None = None
+        """The episode tick from which the expert drives (``handover_at_close``), else None."""
+        self._t = 0
 
     def __call__(self, obs: dict) -> np.ndarray | None:
+        t, self._t = self._t, self._t + 1
+        if self.handed_over_at is not None:
+            return None
         if not self._queue:
             # the policy plans every time, also for the expert's chunks: a policy that keeps a history (a
             # TemporalEnsemble, one row per tick) stays in step with the episode's ticks
             rows = list(self.policy(obs))
             expert = self.beta > 0 and self._rng.random() < self.beta
             self._queue = [None] * len(rows) if expert else rows
-        return self._queue.pop(0)
+        act = self._queue.pop(0)
+        if self.handover_at_close and act is not None and float(np.asarray(act).reshape(-1)[-1]) < 0.5:
+            self.handed_over_at, self._queue = t, []
+            return None
+        return act

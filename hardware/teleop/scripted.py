@@ -225,10 +225,14 @@ class ScriptedExpert(Teleop):
 
     max_regrasps = 5
     settle_ticks = 3
-    follow_state = False
+    follow_state: bool | str = False
     """DAgger labelling (``vla record --dagger``): a policy drives, so every tick the pick phase is
     read off the state instead of the phase machine's memory (see :meth:`_sync_pick`). Only the
-    pick and lift skills support it (:attr:`FOLLOW_STATE_SKILLS`)."""
+    pick and lift skills support it (:attr:`FOLLOW_STATE_SKILLS`). ``True``: the open gripper
+    descends only within 1.2 cm of the cube's axis, else it flies back up to the hover height and
+    re-aligns there (bench/results/vla_sft round 7). ``"correct"``: within the 2 cm its own descent
+    tolerates it keeps descending towards the axis, and closes only once within 0.8 cm at grasp
+    height (round 20)."""
     FOLLOW_STATE_SKILLS = ("pick", "lift")
 
     def __init__(self, name: str = "scripted", quality: float = 1.0, noise_std: float | None = None, seed: int = 0,
@@ -454,6 +458,10 @@ class ScriptedExpert(Teleop):
         elif grip < 0.9:  # closing or closed: keep closing on the cube, else open and start over
             near = dist_xy(ee, xy) < 0.015 and ee[2] - grasp_z < 0.015
             want = "close" if near and self.phase == "close" else "approach"
+        elif self.follow_state == "correct" and dist_xy(ee, xy) < 0.02 and ee[2] < hover + 0.03:
+            # inside the drift its own descent tolerates: keep coming down onto the cube's axis (the descend
+            # target is the cube, so the step corrects sideways), close only once centred at grasp height
+            want = "close" if ee[2] - grasp_z < 0.006 and dist_xy(ee, xy) < 0.008 else "descend"
         elif dist_xy(ee, xy) < 0.012 and ee[2] < hover + 0.03:
             want = "close" if ee[2] - grasp_z < 0.006 else "descend"
         else:
@@ -490,7 +498,8 @@ class ScriptedExpert(Teleop):
                 self._enter("descend")
             return np.array([xy[0], xy[1], hover]), angle, 1.0
         if self.phase == "descend":
-            if ee[2] - grasp_z < 0.006 or self.phase_t > 20:
+            centred = self.follow_state != "correct" or dist_xy(ee, xy) < 0.008
+            if (ee[2] - grasp_z < 0.006 and centred) or self.phase_t > 20:
                 self._enter("close")
             if dist_xy(ee, xy) > 0.02:  # drifted: back up
                 self._enter("approach")

@@ -313,12 +313,13 @@ def test_success_reward_on_a_fake_env():
         fn(real_arm, {}, {})
 
 
+@pytest.mark.parametrize("mode", [True, "correct"])
 @pytest.mark.parametrize("name", ["pick_red_cube", "lift_green_cube"])
-def test_follow_state_expert_still_solves_pick_tasks(sim, name):
+def test_follow_state_expert_still_solves_pick_tasks(sim, name, mode):
     """DAgger labelling reads the pick phase off the state: driving itself, it must still succeed."""
     for seed in (0, 1):
         ex = ScriptedExpert(quality=1.0, seed=seed)
-        ex.follow_state = True
+        ex.follow_state = mode
         assert run_episode(sim, name, ex, seed)["success"], (name, seed)
 
 
@@ -343,6 +344,31 @@ def test_follow_state_labels_come_from_the_state_not_the_phase_memory():
     ex.follow_state = True
     ex.begin_episode("pick_red_cube", seed=0)
     assert ex.read(None, privileged).action[6] == 0.0
+
+
+@pytest.mark.parametrize("off_cm", [1.0, 1.5, 1.9])
+def test_follow_state_correct_labels_a_descent_off_the_axis_back_onto_it(off_cm):
+    """A policy came down 1-2 cm beside the cube's axis (round 19's lateral miss), fingers open: "realign" flies
+    back up to the hover height beyond 1.2 cm; "correct" keeps coming down towards the axis, and at grasp height
+    moves sideways onto it instead of closing on the cube's edge."""
+    objs = scene()
+    c = objs["red_cube"]
+    names = list(objs)
+    off = off_cm / 100
+
+    def label(mode, dz):
+        ex = ScriptedExpert(quality=1.0, noise_std=0.0, rot_noise_std=0.0, seed=0)
+        ex.follow_state = mode
+        ex.begin_episode("pick_red_cube", seed=0)
+        privileged = {"objects": np.stack([objs[n] for n in names]), "object_names": names,
+                      "ee_pos": np.array([c[0], c[1] + off, c[2] + dz]), "ee_quat": HOME_DOWN_QUAT, "gripper": [1.0]}
+        return ex.read(None, privileged).action
+
+    high, low = label("correct", 0.03), label("correct", -0.002)
+    assert high[2] < 0 and high[1] < 0 and high[6] == 1.0  # down and towards the axis, open
+    assert low[1] < -0.5 * min(off, 0.04) and abs(low[2]) < 0.01 and low[6] == 1.0  # sideways onto it, not closing
+    old = label(True, 0.03)
+    assert (old[2] > 0) == (off > 0.012)  # realign: up beyond 1.2 cm, down within
 
 
 def test_held_out_wordings_are_paraphrases_and_never_trained():

@@ -122,3 +122,37 @@ def test_vla_record_refuses_dagger_settings_it_cannot_use(tmp_path, capsys, argv
     rc = main(["record", "--task", "pick_red_cube", "--teleop", "scripted", "--root", str(tmp_path / "d"), *argv])
     assert rc != 0 and field in capsys.readouterr().err
     assert not (tmp_path / "d").exists()  # refused before anything was recorded
+
+
+class _ClosesAt:
+    """Chunks of 3 rows that push x by +0.1 per tick and command the gripper closed (0.0) from tick ``k`` on."""
+
+    exec_steps = 3
+
+    def __init__(self, k):
+        self.k, self.t = k, 0
+
+    def reset(self, seed=None):
+        self.t = 0
+
+    def __call__(self, obs):
+        rows = np.tile(np.array([0.1, 0, 0, 0, 0, 0, 1.0], np.float32), (3, 1))
+        rows[:, 6] = (self.t + np.arange(3) < self.k).astype(np.float32)
+        self.t += 3
+        return rows
+
+
+@pytest.mark.parametrize("k", [0, 5, 100])
+def test_handover_at_close_gives_the_rest_of_the_episode_to_the_expert(k):
+    env, writer = _Env(), _Writer()
+    driver = ChunkDriver(_ClosesAt(k), handover_at_close=True)
+    driver.reset(0)
+    record_episode(env, _Expert(), writer, "go", max_steps=20, seed=0, driver=driver)
+    flags = np.array([bool(f["intervention"][0]) for f in writer.frames])
+    executed = np.stack(env.executed)
+    first = min(k, 20)
+    assert not flags[:first].any() and flags[first:].all()  # the policy up to its close, the expert after
+    np.testing.assert_allclose(executed[:first, 6], 1.0)  # the policy's close command itself never ran
+    assert driver.handed_over_at == (k if k < 20 else None)
+    driver.reset(1)  # a new episode starts with the policy driving
+    assert driver.handed_over_at is None

@@ -100,6 +100,14 @@ z re-record, Esc stop. Recording into an existing dataset appends to it.
                    "--dagger-exec-steps chunks: the states visited are the evaluated policy's own")
     p.add_argument("--dagger-noise", default="sample", metavar="sample|zero|mean:N",
                    help="--dagger: the sampler's starting noise per chunk, as `vla eval --noise` (default sample)")
+    p.add_argument("--dagger-handover", choices=["never", "close"], default="never",
+                   help="--dagger: close = the expert drives from the policy's first gripper-close command to the "
+                   "episode's end (the policy's approach and descent are labelled; the grasp, a retry and the lift "
+                   "are the expert's own from there). Default never: the policy drives every tick")
+    p.add_argument("--dagger-labels", choices=["realign", "correct"], default="realign",
+                   help="--dagger: how the expert labels a descent off the cube's axis: realign = back up to the "
+                   "hover height unless within 1.2 cm (default, round 7); correct = keep descending towards the "
+                   "axis within 2 cm and close only once within 0.8 cm at grasp height")
     p.add_argument("--dagger-beta", type=float, default=0.0, metavar="B",
                    help="--dagger: share of chunks (of ticks with --dagger-temporal-ensemble) the expert drives "
                    "instead of the policy (default 0)")
@@ -185,9 +193,10 @@ def run(args) -> int:
         raise ValueError("--dagger needs --teleop scripted (the expert labels the states the policy reaches) and "
                          "no --dart")
     te = args.dagger_temporal_ensemble
-    if not args.dagger and (te is not None or args.dagger_noise != "sample" or args.dagger_beta > 0):
-        raise ValueError("--dagger-temporal-ensemble, --dagger-noise and --dagger-beta set how the policy drives: "
-                         "they need --dagger CHECKPOINT")
+    if not args.dagger and (te is not None or args.dagger_noise != "sample" or args.dagger_beta > 0
+                            or args.dagger_handover != "never" or args.dagger_labels != "realign"):
+        raise ValueError("--dagger-temporal-ensemble, --dagger-noise, --dagger-beta, --dagger-handover and "
+                         "--dagger-labels set how the policy drives and is labelled: they need --dagger CHECKPOINT")
     if te is not None and not (te >= 0 and te < float("inf")):
         raise ValueError(f"--dagger-temporal-ensemble M must be a finite weight >= 0, got {te}")
     if args.dagger:
@@ -247,8 +256,9 @@ def run(args) -> int:
 
         policy = make_policy(load_vla(resolve_checkpoint(args.dagger)).eval(),
                              None if te is not None else args.dagger_exec_steps, te, None, args.dagger_noise)
-        driver = ChunkDriver(policy, beta=args.dagger_beta, seed=args.seed)
-        teleop.follow_state = True
+        driver = ChunkDriver(policy, beta=args.dagger_beta, seed=args.seed,
+                             handover_at_close=args.dagger_handover == "close")
+        teleop.follow_state = True if args.dagger_labels == "realign" else args.dagger_labels
     keep_failures = args.keep_failures or driver is not None
 
     log_path = os.path.abspath(args.root.rstrip("/") + f".bridge-{dt.datetime.now():%Y%m%d-%H%M%S}.log")
@@ -315,8 +325,10 @@ def run(args) -> int:
                     "dart_sigma": args.dart if args.dart > 0 else None,
                     "dagger": ({"checkpoint": os.path.abspath(args.dagger),
                                 "exec_steps": None if te is not None else args.dagger_exec_steps,
-                                "temporal_ensemble": te, "noise": args.dagger_noise,
-                                "beta": args.dagger_beta} if args.dagger else None),
+                                "temporal_ensemble": te, "noise": args.dagger_noise, "beta": args.dagger_beta,
+                                "handover": args.dagger_handover, "handed_over_at": driver.handed_over_at,
+                                "labels": args.dagger_labels}
+                               if args.dagger else None),
                     "roi": rois or None, "achieved_hz": rate, "recorded_at": time.time()})
                 kept += 1
                 successes += outcome == "success"
