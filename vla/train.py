@@ -74,12 +74,16 @@ class TrainData:
     """[N] bool: the frame lies within the first ``horizon`` ticks of its episode."""
     tokens: torch.Tensor | None = None
     """[N] ExToken behaviour token (1..K) of every frame, aligned with ``state``; None without ``--tokens``."""
+    row_mask: torch.Tensor | None = None
+    """[N, H] bool: the chunk rows that train (``--dagger-rows coherent``); None: every row."""
+    segments: list[tuple[int, int]] | None = None
+    """``[start, end)`` frames of each dataset, in ``--dataset`` order; None: one."""
 
 
 def build_data(cfg: TrainConfig, text_encoder, prior=None, progress: bool = True
                ) -> tuple[TrainData, dict[str, np.ndarray], list[str]]:
     """``prior``: an ExToken ``TokenPrior`` (``--tokens``) that gives every frame its behaviour token."""
-    from vla.data.demos import action_chunks, load_demos
+    from vla.data.demos import action_chunks, coherent_rows, load_demos
 
     eps = load_demos(list(cfg.datasets), cfg.image_size, list(cfg.cameras) if cfg.cameras else None,
                      success_only=cfg.success_only, crops={c[0]: tuple(c[1:]) for c in cfg.crops}, progress=progress)
@@ -103,6 +107,15 @@ def build_data(cfg: TrainConfig, text_encoder, prior=None, progress: bool = True
                      instructions=instructions, images=images, episodes=len(eps), wordings=wordings,
                      frame_of=None if frame_of is None else torch.from_numpy(frame_of).long())
     data.opening = torch.from_numpy(np.concatenate([np.arange(len(e.action)) < cfg.horizon for e in eps]))
+    ends = np.cumsum([len(e) for e in eps])
+    data.segments = [(int(ends[i - 1]) if i else 0, int(ends[j]))  # each dataset's frames: contiguous, in --dataset order
+                     for i, j in _runs([e.dataset for e in eps])]
+    if cfg.dagger_rows == "coherent":
+        if not any(e.driven is not None for e in eps):
+            raise ValueError(f"--dagger-rows coherent: none of the datasets {list(cfg.datasets)} holds frames a policy "
+                             "drove (episodes recorded by `vla record --dagger`, intervention False); it would change "
+                             "nothing")
+        data.row_mask = torch.from_numpy(np.concatenate([coherent_rows(e.driven, len(e), cfg.horizon) for e in eps]))
     if prior is not None:  # frame i of the concatenated episodes -> (its dataset, episode, frame within it) -> token
         data.tokens = torch.from_numpy(prior.frame_tokens([(e.dataset, e.episode_index, e.action) for e in eps])).long()
     if len(wordings) > len(instructions):
@@ -110,6 +123,17 @@ def build_data(cfg: TrainConfig, text_encoder, prior=None, progress: bool = True
         data.alt = torch.tensor([a + [a[0]] * (k - len(a)) for a in alt], dtype=torch.long)
         data.n_alt = torch.tensor([len(a) for a in alt], dtype=torch.long)
     return data, stats, cams
+
+
+def _runs(names: list[str]) -> list[tuple[int, int]]:
+    """``(first, last)`` index of each run of equal consecutive names."""
+    out: list[tuple[int, int]] = []
+    for i, n in enumerate(names):
+        if out and names[out[-1][0]] == n:
+            out[-1] = (out[-1][0], i)
+        else:
+            out.append((i, i))
+    return out
 
 
 def frame_labels(eps, labels: str) -> tuple[np.ndarray | None, list[str]]:
@@ -222,6 +246,10 @@ def draw_batch(data: TrainData, cfg: TrainConfig, draw, gen: torch.Generator, st
     text = data.text_emb[sample_text_rows(data, rows, gen)]
     mine = idx[part]
     batch: dict[str, Any] = {"state": state[part], "action": data.chunks[mine], "text": text[part]}
+    if data.row_mask is not None:  # weighed over the global batch, then cut: the parts average to its mean
+        from vla.models.flow import row_weights
+
+        batch["action_weight"] = row_weights(data.row_mask[idx])[part]
     if data.fmaps is not None:
         view = torch.randint(0, 1 + cfg.aug_views, (cfg.batch_size,), generator=gen)
         batch["fmaps"] = {k: f[view[part], mine].float() for k, f in data.fmaps.items()}
@@ -258,43 +286,90 @@ def _to(batch: dict[str, Any], device: torch.device) -> dict[str, Any]:
     return {k: _to(v, device) if isinstance(v, dict) else v.to(device) for k, v in batch.items()}
 
 
+def _feature_keys(model, data: TrainData, cfg: TrainConfig) -> list[tuple[int, int, str]]:
+    """``(start, end, key)`` per dataset of ``data`` (its frames are contiguous): the key names the dataset's trunk
+    features by content -- the frames the trunk sees (cameras, after crop and resize), the trunk's weights and the
+    augmentation settings and seed -- so a cache file is reused exactly when it holds what would be computed."""
+    import hashlib
+
+    trunk = hashlib.sha256()
+    for name, t in sorted(model.trunk.state_dict().items()):
+        trunk.update(name.encode())
+        trunk.update(t.detach().cpu().contiguous().numpy().tobytes())
+    settings = json.dumps({"trunk": trunk.hexdigest(), "views": 1 + cfg.aug_views, "shift_pad": cfg.shift_pad,
+                           "jitter": cfg.jitter, "seed": cfg.seed, "cameras": sorted(data.images)}, sort_keys=True)
+    out = []
+    for start, end in data.segments or [(0, len(data.state))]:
+        h = hashlib.sha256(settings.encode())
+        for cam in sorted(data.images):
+            h.update(cam.encode())
+            h.update(data.images[cam][start:end].numpy().tobytes())
+        out.append((start, end, h.hexdigest()[:32]))
+    return out
+
+
 @torch.no_grad()
-def cache_features(model, data: TrainData, cfg: TrainConfig, path: str, device: torch.device | str = "cpu"
-                   ) -> dict[str, torch.Tensor]:
+def cache_features(model, data: TrainData, cfg: TrainConfig, path: str | None, device: torch.device | str = "cpu",
+                   shared: str | None = None) -> dict[str, torch.Tensor]:
     """Trunk feature maps of every frame (view 0 = original, then ``aug_views`` augmented), float16 on the
-    CPU; the trunk runs on ``device`` (where ``model`` is). Written to ``path`` atomically and reused on resume."""
+    CPU; the trunk runs on ``device`` (where ``model`` is). Each dataset's features are computed with their own
+    augmentation draws (seeded by ``cfg.seed`` and the dataset's content key, ``_feature_keys``), so they are the
+    same whichever datasets they are trained beside. ``shared`` (``vla train --feature-cache DIR``): one file per
+    dataset there, ``<key>.pt``, reused by every run that trains on that dataset with the same trunk and settings;
+    else the whole set is written to ``path`` (the run directory), reused on resume. Files are written
+    atomically."""
     from tqdm import tqdm
 
-    if os.path.isfile(path):
-        cached = torch.load(path, weights_only=True)
-        if cached.get("n") == len(data.state) and cached.get("views") == 1 + cfg.aug_views:
-            return cached["fmaps"]
-    gen = torch.Generator().manual_seed(cfg.seed + 12345)
     n = len(data.state)
-    views: list[dict[str, torch.Tensor]] = []
+    views = 1 + cfg.aug_views
+    keys = _feature_keys(model, data, cfg)
+    if shared is None and path is not None and os.path.isfile(path):
+        cached = torch.load(path, weights_only=True)
+        # a file from before the content keys ("keys" absent) is trusted on its frame and view counts, as it was
+        if cached.get("n") == n and cached.get("views") == views and cached.get("keys", keys) == keys:
+            return cached["fmaps"]
+    found: dict[str, dict[str, torch.Tensor]] = {}
+    if shared is not None:
+        os.makedirs(shared, exist_ok=True)
+        for start, end, key in keys:
+            f = os.path.join(shared, key + ".pt")
+            if os.path.isfile(f):
+                got = torch.load(f, weights_only=True)
+                if got.get("n") == end - start and got.get("views") == views:
+                    found[key] = got["fmaps"]
+    todo = [k for k in keys if k[2] not in found]
     model.eval()
-    total = (1 + cfg.aug_views) * n
-    bar = tqdm(total=total, desc="cache trunk features", unit="frame")
-    for v in range(1 + cfg.aug_views):
-        out: dict[str, torch.Tensor] = {}
-        for cam, imgs in data.images.items():
-            parts: dict[str, list[torch.Tensor]] = {}
-            for i in range(0, n, 128):
-                x = imgs[i:i + 128]
-                if v > 0:
-                    x = augment(x, cfg, gen)
-                fine, coarse = model.trunk(x.to(device))
-                parts.setdefault(cam, []).append(coarse.half().cpu())
-                if fine is not None:
-                    parts.setdefault(cam + "@fine", []).append(fine.half().cpu())
-                bar.update(len(x) / len(data.images))
-            out.update({k: torch.cat(p) for k, p in parts.items()})
-        views.append(out)
+    bar = tqdm(total=views * sum(e - s for s, e, _ in todo), desc="cache trunk features", unit="frame",
+               disable=not todo)
+    for start, end, key in todo:
+        gen = torch.Generator().manual_seed(cfg.seed + 12345 + int(key[:12], 16))
+        per_view: list[dict[str, torch.Tensor]] = []
+        for v in range(views):
+            out: dict[str, torch.Tensor] = {}
+            for cam, imgs in data.images.items():
+                parts: dict[str, list[torch.Tensor]] = {}
+                for i in range(start, end, 128):
+                    x = imgs[i:min(i + 128, end)]
+                    if v > 0:
+                        x = augment(x, cfg, gen)
+                    fine, coarse = model.trunk(x.to(device))
+                    parts.setdefault(cam, []).append(coarse.half().cpu())
+                    if fine is not None:
+                        parts.setdefault(cam + "@fine", []).append(fine.half().cpu())
+                    bar.update(len(x) / len(data.images))
+                out.update({k: torch.cat(p) for k, p in parts.items()})
+            per_view.append(out)
+        found[key] = {k: torch.stack([v[k] for v in per_view]) for k in per_view[0]}
+        if shared is not None:
+            f = os.path.join(shared, key + ".pt")
+            torch.save({"n": end - start, "views": views, "fmaps": found[key]}, f + ".tmp")
+            os.replace(f + ".tmp", f)
     bar.close()
-    fmaps = {k: torch.stack([v[k] for v in views]) for k in views[0]}
-    tmp = path + ".tmp"
-    torch.save({"n": n, "views": 1 + cfg.aug_views, "fmaps": fmaps}, tmp)
-    os.replace(tmp, path)
+    names = list(found[keys[0][2]])
+    fmaps = {k: torch.cat([found[key][k] for _, _, key in keys], dim=1) for k in names}
+    if shared is None and path is not None:
+        torch.save({"n": n, "views": views, "keys": keys, "fmaps": fmaps}, path + ".tmp")
+        os.replace(path + ".tmp", path)
     return fmaps
 
 
@@ -467,7 +542,8 @@ def _start_loss_csv(csv_path: str, start: int) -> None:
     os.replace(csv_path + ".tmp", csv_path)
 
 
-def train(cfg: TrainConfig, resume: bool = False, progress: bool = True) -> dict[str, Any]:
+def train(cfg: TrainConfig, resume: bool = False, progress: bool = True, feature_cache: str | None = None
+          ) -> dict[str, Any]:
     """Train (or with ``resume`` continue) the run ``cfg.out``. Under ``accelerate launch`` / ``torchrun``
     every process calls this; the main one writes the run directory and shows the progress bar."""
     from torch.utils.tensorboard import SummaryWriter
@@ -523,10 +599,11 @@ def train(cfg: TrainConfig, resume: bool = False, progress: bool = True) -> dict
     if cfg.mode == "frozen":  # the main process computes (or finds) the feature cache; the others then read it
         cache = os.path.join(run_dir, "features_cache.pt")
         if procs.is_main:
-            data.fmaps = cache_features(model, data, cfg, cache, procs.device)
+            data.fmaps = cache_features(model, data, cfg, cache, procs.device, shared=feature_cache)
         procs.wait()
         if data.fmaps is None:
-            data.fmaps = torch.load(cache, weights_only=True)["fmaps"]
+            data.fmaps = (cache_features(model, data, cfg, None, procs.device, shared=feature_cache) if feature_cache
+                          else torch.load(cache, weights_only=True)["fmaps"])
     ema_model = CompactVLA(dataclasses.replace(mcfg, pretrained=False))
     if cfg.mode == "lora":
         ema_model.set_mode("lora", lora_rank=cfg.lora_rank, lora_alpha=cfg.lora_alpha, lora_targets=cfg.lora_targets)
@@ -573,6 +650,12 @@ def train(cfg: TrainConfig, resume: bool = False, progress: bool = True) -> dict
                           "token_dropout": cfg.token_dropout}
         say(f"behaviour tokens: K={prior.k} ({prior.unit} unit) from {cfg.tokens}, frames per token {per_token}, "
             f"null token on {cfg.token_dropout:.0%} of the samples")
+    if data.row_mask is not None:
+        first_only = int((data.row_mask.sum(1) == 1).sum())
+        info["dagger_rows"] = {"rule": cfg.dagger_rows, "rows_kept": round(float(data.row_mask.float().mean()), 4),
+                               "frames_first_row_only": first_only}
+        say(f"--dagger-rows {cfg.dagger_rows}: {first_only} frames a policy drove train their first chunk row only; "
+            f"{data.row_mask.float().mean():.0%} of all chunk rows train")
     if procs.is_main:
         atomic_write_bytes(os.path.join(run_dir, "data_summary.json"), json.dumps(info, indent=2).encode())
     if data.alt is not None:

@@ -8,6 +8,7 @@ import json
 MODES = ("frozen", "lora", "full")
 BALANCES = ("frames", "tasks")
 LABELS = ("both", "episode", "frame")
+DAGGER_ROWS = ("all", "coherent")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -88,6 +89,12 @@ class TrainConfig:
     """Frames within the first ``horizon`` ticks of their episode are drawn this many times as often as the others
     (1 = uniform). For ``--tokens``: a behaviour mode (which way the fingers turn) is decided in an episode's first
     frames and the robot's state shows it a tick later, so the token carries information only there."""
+    dagger_rows: str = "all"
+    """Which rows of a frame's action-chunk target train, for data that ``vla record --dagger`` recorded: ``all``,
+    or ``coherent``: row k of frame t only when the expert itself executed frames t .. t+k-1. A frame the policy
+    drove then trains its first row only: its later rows are the expert's labels at the states the *policy's*
+    actions led to, answers along another path, not a plan the expert would have carried out from frame t.
+    Frames of plain demonstrations keep every row."""
     lora_rank: int = 8
     lora_alpha: int = 16
     lora_targets: tuple[str, ...] | None = None
@@ -123,6 +130,8 @@ class TrainConfig:
             raise ValueError(f"balance must be one of {BALANCES}, got {self.balance!r}")
         if self.labels not in LABELS:
             raise ValueError(f"labels must be one of {LABELS}, got {self.labels!r}")
+        if self.dagger_rows not in DAGGER_ROWS:
+            raise ValueError(f"dagger_rows must be one of {DAGGER_ROWS}, got {self.dagger_rows!r}")
         if self.neck not in ("film", "keypoints"):
             raise ValueError(f"neck must be 'film' or 'keypoints', got {self.neck!r}")
         if not self.datasets:

@@ -61,3 +61,29 @@ def subskill_dataset(tmp_path_factory) -> str:
                                     "segments": [[0, SUBSKILLS[0]], [6, SUBSKILLS[1]]]})
     w.close()
     return str(root)
+
+
+DRIVEN_UNTIL = 8  # DAgger episode 0: the policy drove frames 0-7, the expert (handover) frames 8-11
+
+
+@pytest.fixture(scope="session")
+def dagger_dataset(tmp_path_factory) -> str:
+    """What `vla record --dagger` writes: episode 0 driven by the policy up to a handover, episode 1 handed to
+    the expert whole (beta), both logged with their DAgger settings. -> root."""
+    pytest.importorskip("lerobot")
+    from vla.data import EpisodeWriter, make_features
+
+    root = tmp_path_factory.mktemp("data") / "dagger"
+    rng = np.random.default_rng(2)
+    w = EpisodeWriter(str(root), "local/dagger", fps=FPS, features=make_features(CAMERAS, 8, 7), robot_type="test",
+                      episode_log=True)
+    for ep in range(2):
+        for i in range(12):
+            f = _frame(ep, i, rng)
+            f["intervention"] = not (ep == 0 and i < DRIVEN_UNTIL)
+            w.add_frame(f, task="pick up the red cube")
+        w.save_episode(outcome_row={"instruction": "pick up the red cube", "success": True, "frames": 12,
+                                    "dagger": {"checkpoint": "ckpt", "beta": 0.0, "handover": "close",
+                                               "handed_over_at": DRIVEN_UNTIL if ep == 0 else 0}})
+    w.close()
+    return str(root)

@@ -245,6 +245,11 @@ def test_embed_features_and_masked_loss(vla):
     assert info["loss"] == pytest.approx(float(l_pad.detach()))
     assert not torch.allclose(l_pad, loss(np.zeros((B, H), bool))[0])  # padded steps do not count...
     assert float(loss(np.ones((B, H), bool))[0]) == 0.0  # ...and a fully padded batch gives no loss
+    # vla train --dagger-rows: rows of weight 0 are left out as padded ones are
+    torch.manual_seed(0)
+    weight = np.where(pad, 0.0, 1.0).astype(np.float32)
+    l_w = vla.loss({**_obs(), "action": action, "action_weight": weight})[0]
+    assert torch.allclose(l_w, l_pad)
     with pytest.raises(ValueError, match="'action' must be"):
         vla.loss({**_obs(), "action": action[:, :, :2]})
 

@@ -182,9 +182,10 @@ def one_process(tiny_dataset, tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="module")
 def two_processes(tiny_dataset, tmp_path_factory) -> tuple[Path, subprocess.CompletedProcess]:
-    """The same run through `accelerate launch` of 2 processes: each trains on 4 rows of every batch of 8."""
+    """The same run through `accelerate launch` of 2 processes: each trains on 4 rows of every batch of 8. Its trunk
+    features go to a shared --feature-cache (the 1-process run keeps its own in its run directory)."""
     out = tmp_path_factory.mktemp("ddp") / "two"
-    return out, run_launched(2, cli_args(tiny_dataset, out))
+    return out, run_launched(2, cli_args(tiny_dataset, out) + ["--feature-cache", str(out.parent / "features")])
 
 
 def test_two_processes_train_the_one_process_curve_and_only_the_main_one_writes(one_process, two_processes):
@@ -194,6 +195,8 @@ def test_two_processes_train_the_one_process_curve_and_only_the_main_one_writes(
     # one writer: one set of checkpoints, one TensorBoard file, no half-written leftovers, one summary line
     assert sorted(os.listdir(out / "checkpoints")) == ["0000004", "0000008", "0000012", "last"]
     assert len(os.listdir(out / "tb")) == 1
+    # the features came from the shared cache (one file: one dataset), the same as the run directory's own
+    assert not (out / "features_cache.pt").exists() and len(os.listdir(out.parent / "features")) == 1
     left = [str(f) for f in out.rglob("*") if f.name.endswith((".tmp", ".partial", ".tmp.png"))]
     assert not left, left
     assert p.stdout.count('"steps": 12') == 1 and p.stdout.count("2 processes, 4 samples each") == 1, p.stdout

@@ -33,6 +33,10 @@ class DemoEpisode:
     frame_instructions: list[str] | None = None
     """Each frame's own task when the frames carry more than the episode's instruction (sub-skill
     labels, ``vla record --label-subskills``); None when every frame has the episode's."""
+    driven: np.ndarray | None = None
+    """bool [T]: the frames a policy executed while the expert only labelled them (an episode that
+    ``vla record --dagger`` recorded: its log row names the DAgger run and the frame's
+    ``intervention`` flag is False); None for an episode no policy drove."""
 
     def __len__(self) -> int:
         return len(self.state)
@@ -97,6 +101,8 @@ def load_demos(roots: list[str], image_size: int | None, cameras: list[str] | No
         ts_all = np.asarray(table["timestamp"], np.float64)
         ep_all = np.asarray(table["episode_index"])
         task_all = np.asarray(table["task_index"])
+        interv_all = (np.asarray(table["intervention"]).reshape(len(ep_all), -1)[:, 0].astype(bool)
+                      if "intervention" in ds.meta.features else None)
         here = (state_all.shape[1], action_all.shape[1])
         if dims is None:
             dims = here
@@ -160,11 +166,33 @@ def load_demos(roots: list[str], image_size: int | None, cameras: list[str] | No
             # the episode's instruction: what vla record logged for it (a sub-skill-labelled episode's
             # frames carry the sub-skills), else its first frame's task
             instruction = (side.get(int(ep)) or {}).get("instruction") or frame_tasks[0]
+            # a DAgger episode (its log row names the run): the frames the policy drove have intervention False
+            driven = (~interv_all[rows] if (side.get(int(ep)) or {}).get("dagger") and interv_all is not None
+                      else None)
             episodes.append(DemoEpisode(dataset=root, episode_index=int(ep), instruction=instruction,
                                         state=state_all[rows], action=action_all[rows], images=images,
                                         frame_instructions=(frame_tasks if set(frame_tasks) != {instruction}
-                                                            else None)))
+                                                            else None),
+                                        driven=driven if driven is not None and driven.any() else None))
     return episodes
+
+
+def coherent_rows(driven: np.ndarray | None, length: int, horizon: int) -> np.ndarray:
+    """bool [T, H]: row k of frame t's action chunk ``a[t : t + H]`` is a plan the expert carried out, i.e.
+    the expert itself executed frames t .. t+k-1 (row 0, the label at frame t's own state, always is).
+    ``driven`` [T]: the frames a policy executed (DAgger); None: every row of every frame. Rows past the
+    episode's end (``action_chunks`` pads them by repeating the last action) follow the same rule."""
+    mask = np.ones((length, horizon), bool)
+    if driven is None:
+        return mask
+    driven = np.asarray(driven, bool)
+    if driven.shape != (length,):
+        raise ValueError(f"driven must be [{length}], got {list(driven.shape)}")
+    ext = np.concatenate([driven, np.zeros(horizon, bool)])  # the padded rows: nobody drove past the end
+    run = np.zeros(len(ext) + 1, np.int64)  # run[t]: how many frames from t on the expert executed in a row
+    for t in range(len(ext) - 1, -1, -1):
+        run[t] = 0 if ext[t] else run[t + 1] + 1
+    return np.arange(horizon)[None, :] <= run[:length, None]
 
 
 def action_chunks(action: np.ndarray, horizon: int) -> tuple[np.ndarray, np.ndarray]:

@@ -352,14 +352,15 @@ class CompactVLA(VLA):
     def loss(self, batch: dict) -> tuple[torch.Tensor, dict[str, float]]:
         """``batch``: either an observation batch (images / state / instruction) or precomputed
         ``fmaps`` {camera: trunk map} + ``state`` + ``text`` [B, 384]; plus ``action`` [B, H, A] in
-        robot units and optionally ``token`` [B], and the flow-matching ``noise`` [B, H, A] and time ``t`` [B]
-        (drawn by the head when absent)."""
+        robot units and optionally ``token`` [B], ``action_weight`` [B, H] (each chunk row's weight, ``flow.row_weights``),
+        and the flow-matching ``noise`` [B, H, A] and time ``t`` [B] (drawn by the head when absent)."""
         if "fmaps" in batch:
             cond = self.cond_from_features(batch["fmaps"], batch["state"], batch["text"])
         else:
             cond = self._cond(batch)
         a = self.normalize_actions(torch.as_tensor(batch["action"], dtype=torch.float32, device=cond.device))
-        loss = self.head.loss(cond, a, token=batch.get("token"), noise=batch.get("noise"), t=batch.get("t"))
+        loss = self.head.loss(cond, a, token=batch.get("token"), noise=batch.get("noise"), t=batch.get("t"),
+                              weight=batch.get("action_weight"))
         return loss, {"flow_loss": float(loss.detach())}
 
     # -- checkpoints -----------------------------------------------------------------------

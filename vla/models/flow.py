@@ -58,6 +58,14 @@ def _time_embedding(t: torch.Tensor, dim: int = 32) -> torch.Tensor:
     return torch.cat([ang.sin(), ang.cos()], dim=-1)
 
 
+def row_weights(mask: torch.Tensor) -> torch.Tensor:
+    """Chunk-row weights [B, H] for ``FlowHead.loss`` from a bool mask of the rows that count: the loss is then
+    the mean over the kept rows. Made for the whole (global) batch before it is cut between processes, so the
+    processes' means, averaged, are the one-process mean."""
+    m = torch.as_tensor(mask).float()
+    return m * (m.numel() / m.sum().clamp_min(1.0))
+
+
 def sample_flow_time(b: int) -> torch.Tensor:
     """Flow-matching times of ``b`` samples, Beta(1.5, 1) (more weight near the noise end) kept in
     [0.001, 1], from the global torch generator. -> float32 [b]."""
@@ -194,11 +202,13 @@ class FlowMatchingHead(nn.Module):
         return torch.stack(out, 1)
 
     def loss(self, cond: torch.Tensor, actions: torch.Tensor, token=None, noise: torch.Tensor | None = None,
-             t: torch.Tensor | None = None) -> torch.Tensor:
+             t: torch.Tensor | None = None, weight: torch.Tensor | None = None) -> torch.Tensor:
         """Flow-matching loss: || v(x_t, t) - (noise - actions) ||^2 with t ~ Beta(1.5, 1). ``noise`` [B, H, A]
         and ``t`` [B] (``sample_flow_time``) are drawn here unless given: multi-process training draws them
         for the whole global batch and gives each process its rows, so that the processes together train on
-        exactly what one process would."""
+        exactly what one process would. ``weight`` [B, H]: each chunk row's weight in the mean (1 everywhere
+        when None); ``row_weights`` makes them from a mask of the rows that count. A row of weight 0 still
+        enters the velocity network's input ``x_t`` (the chunk is denoised whole); only its error is dropped."""
         assert actions.shape[1:] == self.noise_shape, \
             f"actions must be [B, {self.cfg.horizon}, {self.cfg.action_dim}], got {list(actions.shape)}"
         b = actions.shape[0]
@@ -208,4 +218,9 @@ class FlowMatchingHead(nn.Module):
             f"noise must be {list(actions.shape)} and t [{b}], got {list(noise.shape)} and {list(t.shape)}"
         x_t = t[:, None, None] * noise + (1 - t[:, None, None]) * actions
         v = self.velocity(x_t, t, self._cond(cond, token))
-        return ((v - (noise - actions)) ** 2).mean()
+        err = (v - (noise - actions)) ** 2
+        if weight is None:
+            return err.mean()
+        w = torch.as_tensor(weight, device=err.device).to(err.dtype)
+        assert w.shape == err.shape[:2], f"weight must be [{b}, {self.cfg.horizon}], got {list(w.shape)}"
+        return (err.mean(-1) * w).mean()

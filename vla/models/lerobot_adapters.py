@@ -672,6 +672,11 @@ class LeRobotVLA(VLA):
             torch.as_tensor(pad, device=self.device).bool()
         if tuple(pad.shape) != (b, action.shape[1]):
             raise ValueError(f"batch '{PAD_KEY}' must be [B={b}, H={action.shape[1]}], got {list(pad.shape)}")
+        if batch.get("action_weight") is not None:  # rows of weight 0 are left out (vla train --dagger-rows coherent)
+            keep = torch.as_tensor(batch["action_weight"], device=self.device) > 0
+            if tuple(keep.shape) != (b, action.shape[1]):
+                raise ValueError(f"batch 'action_weight' must be [B={b}, H={action.shape[1]}], got {list(keep.shape)}")
+            pad = pad | ~keep
         lb[ACTION_KEY], lb[PAD_KEY] = action, pad
         return self.preprocessor(lb)
 
