@@ -156,3 +156,31 @@ def test_handover_at_close_gives_the_rest_of_the_episode_to_the_expert(k):
     assert driver.handed_over_at == (k if k < 20 else None)
     driver.reset(1)  # a new episode starts with the policy driving
     assert driver.handed_over_at is None
+
+
+def test_with_handover_at_close_the_policy_drives_only_a_tasks_opening_pick():
+    """Every sim task: without handover the policy may drive any skill, so each must be one the expert labels from
+    the state; with --dagger-handover close it drives a task that opens with a pick only up to its first close, and
+    the expert carries out the rest (place, stack) itself."""
+    from hardware.sim_tasks import TASKS
+    from hardware.teleop.scripted import ScriptedExpert
+    from vla.commands.record import dagger_unsupported_skills
+
+    ok = set(ScriptedExpert.FOLLOW_STATE_SKILLS)
+    for name, task in TASKS.items():
+        kinds = {s[0] for s in task.skills}
+        assert dagger_unsupported_skills(task.skills, ok, "never") == sorted(kinds - ok), name
+        opens_with_pick = task.skills[0][0] == "pick"
+        assert dagger_unsupported_skills(task.skills, ok, "close") == ([] if opens_with_pick else sorted(kinds - ok)), name
+    assert dagger_unsupported_skills(TASKS["stack_cubes"].skills, ok, "never") == ["place"]
+    assert dagger_unsupported_skills(TASKS["stack_cubes"].skills, ok, "close") == []
+
+
+def test_vla_record_refuses_a_dagger_task_with_skills_the_expert_cannot_label(tmp_path, capsys):
+    from vla.cli import main
+
+    rc = main(["record", "--task", "stack_cubes", "--teleop", "scripted", "--root", str(tmp_path / "d"),
+               "--dagger", "ckpt"])
+    err = capsys.readouterr().err
+    assert rc != 0 and "also has ['place']" in err and "--dagger-handover close" in err
+    assert not (tmp_path / "d").exists()

@@ -160,6 +160,15 @@ class _StopRequested:
             signal.signal(sig, h)
 
 
+def dagger_unsupported_skills(skills, supported, handover: str) -> list[str]:
+    """The skills of a task the policy may drive in a DAgger episode that the expert cannot label from the
+    state (``ScriptedExpert.FOLLOW_STATE_SKILLS``). With ``--dagger-handover close`` the expert takes over at the
+    policy's first close command, so when the task opens with a pick the policy drives that pick's approach only
+    (a pick ends in a grasp, which needs a close) and the expert carries out every later skill itself."""
+    drives = skills[:1] if handover == "close" and skills and skills[0][0] == "pick" else skills
+    return sorted({step[0] for step in drives} - set(supported))
+
+
 def run(args) -> int:
     if args.list_tasks:
         return _list_tasks()
@@ -245,10 +254,13 @@ def run(args) -> int:
         expert_row = dict.fromkeys(("expert_quality", "mistake_rate", "expert_seed", "mistake_kinds"))
     driver = None
     if args.dagger:
-        unsupported = sorted({step[0] for step in task.skills} - set(teleop.FOLLOW_STATE_SKILLS))
+        unsupported = dagger_unsupported_skills(task.skills, teleop.FOLLOW_STATE_SKILLS, args.dagger_handover)
         if unsupported:
             raise ValueError(f"--dagger: the scripted expert labels only {list(teleop.FOLLOW_STATE_SKILLS)} skills "
-                             f"from the state a policy reached; task {task.name!r} also has {unsupported}")
+                             f"from the state a policy reached; task {task.name!r} also has {unsupported}"
+                             + ("" if args.dagger_handover == "close" or task.skills[0][0] != "pick" else
+                                " (with --dagger-handover close the policy drives only the task's first pick, up "
+                                "to its first close command, and the expert carries out the rest)"))
         from vla.envs import ChunkDriver
         from vla.evaluate import make_policy
         from vla.models import load_vla
