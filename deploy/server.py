@@ -62,7 +62,9 @@ class VLASource:
         return {"policy": self.name, "horizon": h, "action_dim": a,
                 "cameras": list(cfg.cameras) if cfg is not None and hasattr(cfg, "cameras") else None,
                 "state_dim": int(cfg.state_dim) if cfg is not None and hasattr(cfg, "state_dim") else None,
-                "steered": self.noise is not None, "instructions": self.instructions}
+                "steered": self.noise is not None and not isinstance(self.noise, ZeroNoise),
+                "noise": ("sample" if self.noise is None else "zero" if isinstance(self.noise, ZeroNoise) else "rl"),
+                "instructions": self.instructions}
 
     def warmup(self) -> float:
         """One chunk for a blank observation (the declared cameras at 96 px, zero state, the first
@@ -115,10 +117,28 @@ def _device(module):
     return p.device if p is not None else "cpu"
 
 
+class ZeroNoise:
+    """The sampler starts from 0 for every chunk (``vla serve --noise zero``): the flow's most central chunk,
+    deterministic; what ``vla eval --noise zero`` measures (bench/results/vla_sft round 19: +11 points on the
+    shipped base at 50 scenes)."""
+
+    def __init__(self, shape) -> None:
+        self.shape = (1, *(int(x) for x in shape))
+
+    def __call__(self, obs: dict) -> np.ndarray:
+        return np.zeros(self.shape, np.float32)
+
+
 def load_source(checkpoint: str, rl_run: str | None = None, device: str = "auto",
-                rl_sample: bool = False) -> VLASource:
+                rl_sample: bool = False, noise: str = "sample") -> VLASource:
     """A VLA checkpoint (or ``vla train`` run directory), optionally steered by a ``vla rl`` run's
-    DSRL agent, on ``device`` (auto: cuda when available)."""
+    DSRL agent, on ``device`` (auto: cuda when available). ``noise``: the sampler's starting noise without a
+    DSRL agent, ``sample`` (one N(0, I) draw per chunk, the policy as trained) or ``zero`` (deterministic)."""
+    if noise not in ("sample", "zero"):
+        raise ValueError(f"noise must be 'sample' or 'zero', got {noise!r}")
+    if noise == "zero" and rl_run:
+        raise ValueError("--noise zero and --rl-run both choose the sampler's noise: the DSRL agent's actor does "
+                         "when a run is given (its mean unless --rl-sample); drop one")
     import json
     import os
 
@@ -131,18 +151,21 @@ def load_source(checkpoint: str, rl_run: str | None = None, device: str = "auto"
         device = "cuda" if torch.cuda.is_available() else "cpu"
     ckpt = resolve_checkpoint(checkpoint)
     vla = load_vla(ckpt).eval()
-    noise = None
+    provider = None
     name = os.path.basename(os.path.normpath(checkpoint))
+    if noise == "zero":
+        provider = ZeroNoise(vla.noise_shape)
+        name += " (zero noise)"
     if rl_run:
         from deploy.export import load_dsrl_agent
 
-        noise = DSRLNoise(load_dsrl_agent(vla, rl_run), deterministic=not rl_sample)
+        provider = DSRLNoise(load_dsrl_agent(vla, rl_run), deterministic=not rl_sample)
         name += f" + dsrl {os.path.basename(os.path.normpath(rl_run))}"  # its actor runs on the CPU
     if device != "cpu":
         vla.to(device)
     with open(os.path.join(ckpt, "config.json")) as f:
         instructions = json.load(f).get("instructions") or []
-    return VLASource(vla, noise, name, instructions)
+    return VLASource(vla, provider, name, instructions)
 
 
 class PolicyServer:

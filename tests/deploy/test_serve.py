@@ -86,6 +86,33 @@ def test_round_trip_with_the_tiny_compact_vla_steered_by_dsrl(tmp_path):
     np.testing.assert_allclose(chunk, want[0].numpy(), atol=1e-5)
 
 
+def test_zero_noise_serves_the_deterministic_chunk_vla_eval_measures(tmp_path):
+    """`vla serve --noise zero`: every chunk starts the sampler from 0, as `vla eval --noise zero` does, so the same
+    observation gets the same chunk; the default draws afresh. With a DSRL run the actor chooses: refused."""
+    torch = pytest.importorskip("torch")
+    from deploy.server import load_source
+    from tests.conftest import save_tiny_vla
+
+    ckpt = save_tiny_vla(str(tmp_path / "vla"), extra={"instructions": ["pick up the red cube"]})
+    obs = _obs(("front", "wrist"), 64, state=np.linspace(-1, 1, 8).astype(np.float32))
+    obs["instruction"] = "pick up the red cube"
+    zero, sample = load_source(ckpt, device="cpu", noise="zero"), load_source(ckpt, device="cpu")
+    assert zero.describe()["noise"] == "zero" and not zero.describe()["steered"]
+    assert sample.describe()["noise"] == "sample"
+    a, b = zero(obs), zero(obs)
+    np.testing.assert_array_equal(a, b)
+    batch = {"images": {c: v[None] for c, v in obs["images"].items()}, "state": obs["state"][None],
+             "instruction": [obs["instruction"]]}
+    with torch.no_grad():
+        want = zero.vla.sample_actions(batch, noise=torch.zeros(1, *zero.vla.noise_shape))[0].numpy()
+    np.testing.assert_allclose(a, want, atol=1e-6)
+    assert not np.allclose(sample(obs), sample(obs))
+    with pytest.raises(ValueError, match="--noise zero and --rl-run"):
+        load_source(ckpt, rl_run=str(tmp_path / "rl"), device="cpu", noise="zero")
+    with pytest.raises(ValueError, match="noise must be"):
+        load_source(ckpt, device="cpu", noise="mean:4")
+
+
 def _raw(sock, header: dict, arrays: dict | None = None) -> Message:
     meta = {"req_id": "r1", "deadline_ns": time.monotonic_ns() + 10**10, "tick": 0, "instruction": "x", **header}
     mtype = meta.pop("type", "policy_request")

@@ -29,6 +29,10 @@ def add_parser(sub, name: str, help_: str) -> None:
                    help="a `vla rl --method dsrl` run directory (or its agent.pt): its noise actor chooses the "
                         "sampler's initial noise (the actor's mean unless --rl-sample)")
     p.add_argument("--rl-sample", action="store_true", help="sample the DSRL actor's noise instead of its mean")
+    p.add_argument("--noise", choices=["sample", "zero"], default="sample",
+                   help="without --rl-run, the sampler's starting noise: one N(0, I) draw per chunk (default, the "
+                        "policy as trained) or zero (deterministic: what `vla eval --noise zero` measures; the "
+                        "shipped base's figures in bench/results/vla_sft are at zero noise)")
     p.add_argument("--bind", default="tcp://127.0.0.1:5700",
                    help="ZMQ endpoint to serve on (default tcp://127.0.0.1:5700; tcp://0.0.0.0:PORT for the network)")
     p.add_argument("--keys", default=None, metavar="DIR",
@@ -55,7 +59,8 @@ def run(args) -> int:
         torch.set_num_threads(args.threads)
     if args.seconds < 0:
         raise ValueError(f"--seconds must be >= 0, got {args.seconds}")
-    source = load_source(args.checkpoint, args.rl_run, device=args.device, rl_sample=args.rl_sample)
+    source = load_source(args.checkpoint, args.rl_run, device=args.device, rl_sample=args.rl_sample,
+                         noise=args.noise)
     print(f"vla serve: warm-up chunk {source.warmup():.1f} s", flush=True)  # not on a client's first deadline
     server = PolicyServer(source, args.bind, keys=keys_from_dir(args.keys), insecure=args.insecure)
     endpoint = server.bind()
