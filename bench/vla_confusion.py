@@ -13,7 +13,10 @@ records
   centre's offset from the tcp then (``close_offset_m``, world x / y / z: how far off the grasp was);
 * the first cube moved more than 2 cm (the object acted on, for pushes too);
 * every registered task whose success predicate held at some tick (``achieved_tasks``), how high each
-  cube was lifted while grasped, the cubes in the bowl and the cube held at the end.
+  cube was lifted while grasped, the cubes in the bowl and the cube held at the end;
+* the first release: at the first open command while a cube was held, that cube (``release_cube``) and its
+  centre's offset from every other object's (``release_offset_m``, world x / y / z: where a place or a stack
+  let go), and the held cube's offset from the same objects at the end (``end_offset_m``).
 
 Each episode gets one outcome:
 
@@ -103,6 +106,7 @@ def rollout(env, client, policy, seed: int, names: list[str]) -> dict:
     max_lift = {c: 0.0 for c in CUBES}  # the most each cube rose above where it started, while grasped
     ticks, success, done, last_grip = 0, False, False, 1.0
     objs = objs0
+    held = release_cube = release_offset = None  # the cube held after the last tick; the first one let go
     while ticks < env.max_ticks and not done:
         for row in policy(obs):
             obs, reward, terminated, truncated, info = env.step(row)
@@ -111,7 +115,11 @@ def rollout(env, client, policy, seed: int, names: list[str]) -> dict:
             if close_nearest is None and row[6] < 0.5 <= last_grip:  # the first close command
                 close_nearest = min(CUBES, key=lambda c: float(np.linalg.norm(objs[c][:2] - ee[:2])))
                 close_offset = [round(float(v), 4) for v in objs[close_nearest][:3] - ee]
+            if release_cube is None and held is not None and row[6] >= 0.5 > last_grip:  # the first open while holding
+                release_cube = held
+                release_offset = _offsets(objs, held)
             last_grip = float(row[6])
+            held = next((c for c in CUBES if grasped(objs[c], ee, gripper)), None)
             if first_grasped is None:
                 first_grasped = next((c for c in CUBES if grasped(objs[c], ee, gripper)), None)
             if first_moved is None:
@@ -131,7 +139,14 @@ def rollout(env, client, policy, seed: int, names: list[str]) -> dict:
             "achieved": achieved,
             "max_lift_m": max_lift, "in_bowl_at_end": [c for c in CUBES if in_bowl(objs[c], objs["bowl"])],
             "held_at_end": next((c for c in CUBES if grasped(objs[c], np.asarray(obs["state"][:3], float),
-                                                            float(obs["state"][7]))), None)}
+                                                            float(obs["state"][7]))), None),
+            "release_cube": release_cube, "release_offset_m": release_offset,
+            "end_offset_m": None if release_cube is None else _offsets(objs, release_cube)}
+
+
+def _offsets(objs: dict, cube: str) -> dict[str, list[float]]:
+    """``cube``'s centre minus every other object's, world x / y / z in m (4 decimals)."""
+    return {o: [round(float(v), 4) for v in objs[cube][:3] - objs[o][:3]] for o in objs if o != cube}
 
 
 def work(job: dict) -> list[dict]:

@@ -5,6 +5,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from tests.net import free_port_block
@@ -127,3 +128,72 @@ def test_worker_sites_copy_the_named_preset_onto_their_own_ports(tmp_path):
     ports = [d.command for d in site.devices.values()]
     assert len(set(ports)) == 4 and all(":65" in p for p in ports)
     assert yaml.safe_load((tmp_path / "s.yaml").read_text())["devices"]["side"]["roi"] == [0.0, 0.3, 1.0, 0.9]
+
+
+class _StackWorld:
+    """A kinematic stand-in for the sim task env and its bridge client: the tcp moves to each row's position, a closed
+    gripper holds the cube within 3 cm of it (state 0.5) and carries it, an open one drops it where it is."""
+
+    max_ticks = 40
+
+    def __init__(self):
+        from hardware.sim_tasks import OBJECT_NAMES
+
+        self.names = list(OBJECT_NAMES)
+        self.poses = np.zeros((len(self.names), 7))
+        self.poses[:, 6] = 1.0
+        for n, xyz in {"red_cube": (0.5, 0.1, 0.02), "green_cube": (0.5, -0.1, 0.02), "blue_cube": (0.4, 0.0, 0.02),
+                       "bowl": (0.6, 0.2, 0.0), "target": (0.3, -0.2, 0.0)}.items():
+            self.poses[self.names.index(n), :3] = xyz
+        self.ee, self.grip, self.held = np.array([0.5, 0.0, 0.2]), 1.0, None
+        self.last_state = self
+
+    @property
+    def arrays(self):
+        return {"objects": self.poses.copy()}
+
+    def _obs(self):
+        return {"state": np.concatenate([self.ee, [1, 0, 0, 0], [self.grip]]).astype(np.float32)}
+
+    def reset(self, seed=None):
+        return self._obs(), {}
+
+    def step(self, row):
+        self.ee = np.asarray(row[:3], float)
+        if row[6] < 0.5 and self.held is None:
+            near = [i for i in range(3) if np.linalg.norm(self.poses[i, :3] - self.ee) < 0.03]
+            self.held = near[0] if near else None
+        elif row[6] >= 0.5:
+            self.held = None
+        self.grip = 1.0 if row[6] >= 0.5 else (0.5 if self.held is not None else 0.0)
+        if self.held is not None:
+            self.poses[self.held, :3] = self.ee
+        return self._obs(), 0.0, False, False, {}
+
+
+def test_the_first_release_records_where_the_held_cube_was_let_go():
+    """A stack attempt that lets the green cube go 1.5 cm beside the red one and 5 cm above it: the record names the
+    cube and its offset from the red cube's centre at the release and at the end."""
+    from vla_confusion import rollout
+
+    world = _StackWorld()
+    plan = [(0.5, -0.1, 0.1, 1.0), (0.5, -0.1, 0.02, 1.0), (0.5, -0.1, 0.02, 0.0), (0.5, -0.1, 0.1, 0.0),
+            (0.5, 0.085, 0.1, 0.0), (0.5, 0.085, 0.07, 0.0), (0.5, 0.085, 0.07, 1.0), (0.5, 0.085, 0.15, 1.0)]
+    ep = rollout(world, world, _Rows(plan), 0, world.names)
+    assert ep["first_grasped"] == "green_cube" and ep["release_cube"] == "green_cube"
+    np.testing.assert_allclose(ep["release_offset_m"]["red_cube"], [0.0, -0.015, 0.05], atol=1e-4)
+    np.testing.assert_allclose(ep["end_offset_m"]["red_cube"], [0.0, -0.015, 0.05], atol=1e-4)  # nothing fell here
+    assert set(ep["release_offset_m"]) == {"red_cube", "blue_cube", "bowl", "target"}
+
+
+class _Rows:
+    """A policy that returns the plan's rows one per call, then holds the last one."""
+
+    def __init__(self, plan):
+        self.rows = [np.array([x, y, z, 0, 0, 0, g], np.float32) for x, y, z, g in plan]
+        self.i = 0
+
+    def __call__(self, obs):
+        row = self.rows[min(self.i, len(self.rows) - 1)]
+        self.i += 1
+        return [row]
