@@ -14,9 +14,10 @@ records
 * the first cube moved more than 2 cm (the object acted on, for pushes too);
 * every registered task whose success predicate held at some tick (``achieved_tasks``), how high each
   cube was lifted while grasped, the cubes in the bowl and the cube held at the end;
-* the first release: at the first open command while a cube was held, that cube (``release_cube``) and its
-  centre's offset from every other object's (``release_offset_m``, world x / y / z: where a place or a stack
-  let go), and the held cube's offset from the same objects at the end (``end_offset_m``).
+* the first release: at the first open command after a cube was grasped, the cube grasped last (``release_cube``)
+  and its centre's offset from every other object's (``release_offset_m``, world x / y / z: where a place or a
+  stack let go), and its offset from the same objects at the end (``end_offset_m``); before that, the tick at
+  which a grasped cube first left the closed fingers (``slipped_at``: dropped in the air or knocked out, not let go).
 
 Each episode gets one outcome:
 
@@ -106,7 +107,8 @@ def rollout(env, client, policy, seed: int, names: list[str]) -> dict:
     max_lift = {c: 0.0 for c in CUBES}  # the most each cube rose above where it started, while grasped
     ticks, success, done, last_grip = 0, False, False, 1.0
     objs = objs0
-    held = release_cube = release_offset = None  # the cube held after the last tick; the first one let go
+    # the cube held after the last tick, the last one grasped, the first one let go and the first slip
+    held = last_held = release_cube = release_offset = slipped_at = None
     while ticks < env.max_ticks and not done:
         for row in policy(obs):
             obs, reward, terminated, truncated, info = env.step(row)
@@ -115,11 +117,14 @@ def rollout(env, client, policy, seed: int, names: list[str]) -> dict:
             if close_nearest is None and row[6] < 0.5 <= last_grip:  # the first close command
                 close_nearest = min(CUBES, key=lambda c: float(np.linalg.norm(objs[c][:2] - ee[:2])))
                 close_offset = [round(float(v), 4) for v in objs[close_nearest][:3] - ee]
-            if release_cube is None and held is not None and row[6] >= 0.5 > last_grip:  # the first open while holding
-                release_cube = held
-                release_offset = _offsets(objs, held)
-            last_grip = float(row[6])
-            held = next((c for c in CUBES if grasped(objs[c], ee, gripper)), None)
+            if release_cube is None and last_held is not None and row[6] >= 0.5 > last_grip:  # the first open
+                release_cube = last_held
+                release_offset = _offsets(objs, last_held)
+            now = next((c for c in CUBES if grasped(objs[c], ee, gripper)), None)
+            if release_cube is None and slipped_at is None and held is not None and now is None and row[6] < 0.5:
+                slipped_at = ticks  # the fingers were told to stay closed but no longer hold it
+            held, last_grip = now, float(row[6])
+            last_held = now or last_held
             if first_grasped is None:
                 first_grasped = next((c for c in CUBES if grasped(objs[c], ee, gripper)), None)
             if first_moved is None:
@@ -140,7 +145,7 @@ def rollout(env, client, policy, seed: int, names: list[str]) -> dict:
             "max_lift_m": max_lift, "in_bowl_at_end": [c for c in CUBES if in_bowl(objs[c], objs["bowl"])],
             "held_at_end": next((c for c in CUBES if grasped(objs[c], np.asarray(obs["state"][:3], float),
                                                             float(obs["state"][7]))), None),
-            "release_cube": release_cube, "release_offset_m": release_offset,
+            "release_cube": release_cube, "release_offset_m": release_offset, "slipped_at": slipped_at,
             "end_offset_m": None if release_cube is None else _offsets(objs, release_cube)}
 
 

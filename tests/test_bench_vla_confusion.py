@@ -146,7 +146,7 @@ class _StackWorld:
                        "bowl": (0.6, 0.2, 0.0), "target": (0.3, -0.2, 0.0)}.items():
             self.poses[self.names.index(n), :3] = xyz
         self.ee, self.grip, self.held = np.array([0.5, 0.0, 0.2]), 1.0, None
-        self.last_state = self
+        self.last_state, self.t, self.drop_at = self, 0, None
 
     @property
     def arrays(self):
@@ -160,6 +160,11 @@ class _StackWorld:
 
     def step(self, row):
         self.ee = np.asarray(row[:3], float)
+        self.t += 1
+        if self.t - 1 == self.drop_at and self.held is not None:  # it slips out: falls to the table, fingers shut
+            self.poses[self.held, 2] = 0.02
+            self.held, self.grip = None, 0.0
+            return self._obs(), 0.0, False, False, {}
         if row[6] < 0.5 and self.held is None:
             near = [i for i in range(3) if np.linalg.norm(self.poses[i, :3] - self.ee) < 0.03]
             self.held = near[0] if near else None
@@ -183,7 +188,13 @@ def test_the_first_release_records_where_the_held_cube_was_let_go():
     assert ep["first_grasped"] == "green_cube" and ep["release_cube"] == "green_cube"
     np.testing.assert_allclose(ep["release_offset_m"]["red_cube"], [0.0, -0.015, 0.05], atol=1e-4)
     np.testing.assert_allclose(ep["end_offset_m"]["red_cube"], [0.0, -0.015, 0.05], atol=1e-4)  # nothing fell here
-    assert set(ep["release_offset_m"]) == {"red_cube", "blue_cube", "bowl", "target"}
+    assert set(ep["release_offset_m"]) == {"red_cube", "blue_cube", "bowl", "target"} and ep["slipped_at"] is None
+    # the same carry, but the cube leaves the closed fingers on the way (the world drops it at tick 4)
+    world = _StackWorld()
+    world.drop_at = 4
+    ep = rollout(world, world, _Rows(plan), 0, world.names)
+    assert ep["slipped_at"] == 4 and ep["release_cube"] == "green_cube"  # the open command still comes, later
+    assert ep["release_offset_m"]["red_cube"][2] < 0.01  # where the dropped cube lies, not over the red one
 
 
 class _Rows:
