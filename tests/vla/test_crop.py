@@ -86,13 +86,19 @@ def test_vla_train_passes_the_augmentation_flags_and_refuses_negative_ones(monke
 
     seen = {}
 
-    def fake_train(cfg, resume=False):
-        seen["cfg"] = cfg
+    def fake_train(cfg, resume=False, feature_cache=None):
+        seen["cfg"], seen["feature_cache"] = cfg, feature_cache
         return {"run_dir": cfg.out, "steps": 0, "wall_s": 0.0, "episodes": 0, "frames": 0}
 
     monkeypatch.setattr(vla.train, "train", fake_train)
+    monkeypatch.delenv("VLA_FEATURE_CACHE", raising=False)
     assert main(["train", "--dataset", "d", "--out", "o", "--shift-pad", "0", "--jitter", "0.05"]) == 0
-    assert (seen["cfg"].shift_pad, seen["cfg"].jitter) == (0, 0.05)
+    assert (seen["cfg"].shift_pad, seen["cfg"].jitter) == (0, 0.05) and seen["feature_cache"] is None
+    # --feature-cache reaches train(), and $VLA_FEATURE_CACHE is its default
+    assert main(["train", "--dataset", "d", "--out", "o", "--feature-cache", "feats"]) == 0
+    assert seen["feature_cache"] == "feats"
+    monkeypatch.setenv("VLA_FEATURE_CACHE", "shared")
+    assert main(["train", "--dataset", "d", "--out", "o"]) == 0 and seen["feature_cache"] == "shared"
     assert main(["train", "--dataset", "d", "--out", "o", "--shift-pad", "-2"]) != 0
     assert "shift_pad" in capsys.readouterr().err
 
