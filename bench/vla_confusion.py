@@ -163,7 +163,8 @@ def work(job: dict) -> list[dict]:
     from vla.envs import task_env
     from vla_steerability import eval_policy
 
-    policy = eval_policy(job["checkpoint"], job["exec_steps"], job.get("ensemble_window"), job.get("noise", "sample"))
+    policy = eval_policy(job["checkpoint"], job["exec_steps"], job.get("ensemble_window"), job.get("noise", "sample"),
+                         job.get("gripper", "raw"))
     site = load_site(job["robot"])
     out = []
     with running_bridge(site, job["log"]):
@@ -270,11 +271,12 @@ def plot(summary: dict, path: pathlib.Path, title: str) -> None:
     Image.open(path).convert("RGB").quantize(colors=64, method=Image.Quantize.MEDIANCUT).save(path, optimize=True)
 
 
-def execution_label(exec_steps: int | None = None, window: int | None = None, noise: str = "sample") -> str:
+def execution_label(exec_steps: int | None = None, window: int | None = None, noise: str = "sample",
+                    gripper: str = "raw") -> str:
     """How the episodes were executed, in words (the result file's ``execution``)."""
     how = f"chunks of {exec_steps}" if exec_steps else \
         "temporal ensembling (m = 0.01" + (f", newest {window} predictions)" if window else ")")
-    return how + ("" if noise == "sample" else f", noise {noise}")
+    return how + ("" if noise == "sample" else f", noise {noise}") + ("" if gripper == "raw" else f", gripper {gripper}")
 
 
 def plot_title(out: dict) -> str:
@@ -325,6 +327,8 @@ def main(argv=None) -> int:
     ap.add_argument("--noise", default="sample", metavar="sample|zero|mean:N",
                     help="the sampler's starting noise per chunk, as `vla eval --noise`: one seeded draw (default), "
                          "zero, or the mean of N draws' chunks")
+    ap.add_argument("--gripper", choices=["raw", "binary"], default="raw",
+                    help="the executed gripper opening, as `vla eval --gripper`: raw (default) or snapped to 0 / 1")
     ap.add_argument("--jobs", type=int, default=2, help="worker processes, one sim bridge each")
     ap.add_argument("--robot", default="sim-franka-fast",
                     help="sim site preset the workers copy onto their own ports (default sim-franka-fast); it must "
@@ -389,7 +393,7 @@ def main(argv=None) -> int:
     t0 = time.perf_counter()
     parts = run_workers(work, pairs, jobs, args.port0, str(args.out / args.name), site=args.robot,
                         checkpoint=args.checkpoint, exec_steps=args.exec_steps,
-                        ensemble_window=args.ensemble_window, noise=args.noise)
+                        ensemble_window=args.ensemble_window, noise=args.noise, gripper=args.gripper)
     episodes = sorted((e for p in parts for e in p), key=lambda e: (tasks.index(e["task"]), e["seed"]))
     summary = summarize(episodes, tasks)
     for t, r in summary["tasks"].items():
@@ -402,8 +406,8 @@ def main(argv=None) -> int:
     out = {"bench": "vla_confusion", "date": _dt.datetime.now().isoformat(timespec="seconds"),
            "checkpoint": portable_path(args.checkpoint), "episodes_per_task": args.episodes,
            "seed_start": args.seed_start, "exec_steps": args.exec_steps,
-           "execution": execution_label(args.exec_steps, args.ensemble_window, args.noise),
-           "ensemble_window": args.ensemble_window, "noise": args.noise,
+           "execution": execution_label(args.exec_steps, args.ensemble_window, args.noise, args.gripper),
+           "ensemble_window": args.ensemble_window, "noise": args.noise, "gripper": args.gripper,
            "instruction_override": args.instruction, "wording": args.wording, "robot": args.robot, "jobs": jobs,
            "wall_s": time.perf_counter() - t0,
            **summary, "episodes": episodes}

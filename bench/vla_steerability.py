@@ -74,20 +74,22 @@ def run_workers(work, pairs: list, jobs: int, port0: int, log_prefix: str, site:
             return pool.map(work, specs)
 
 
-def eval_policy(checkpoint: str, exec_steps: int | None, window: int | None = None, noise: str = "sample"):
+def eval_policy(checkpoint: str, exec_steps: int | None, window: int | None = None, noise: str = "sample",
+                gripper: str = "raw"):
     """A sim-bench worker's policy, run as `vla eval` runs it: one torch thread, the checkpoint's VLA,
     chunks of ``exec_steps`` rows, or temporal ensembling when None (over the newest ``window``
-    predictions of each tick; default all); ``noise`` as `vla eval --noise` (sample, zero, mean:N)."""
+    predictions of each tick; default all); ``noise`` and ``gripper`` as `vla eval --noise / --gripper`."""
     import torch
 
-    from vla.envs import TemporalEnsemble, VLAPolicy, noise_option
+    from vla.envs import BinaryGripper, TemporalEnsemble, VLAPolicy, gripper_option, noise_option
     from vla.models import load_vla
     from vla.train import resolve_checkpoint
 
     torch.set_num_threads(1)
     model = load_vla(resolve_checkpoint(checkpoint)).eval()
     base = VLAPolicy(model, exec_steps, **noise_option(noise))
-    return base if exec_steps else TemporalEnsemble(base, window=window)
+    policy = base if exec_steps else TemporalEnsemble(base, window=window)
+    return BinaryGripper(policy) if gripper_option(gripper) == "binary" else policy
 
 
 def work(job: dict) -> dict:

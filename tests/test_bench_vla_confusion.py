@@ -50,7 +50,7 @@ def test_confusion_bench_writes_matrices_outcomes_and_the_plot(tmp_path):
     port = free_port_block(20)
     r = subprocess.run([sys.executable, str(ROOT / "bench" / "vla_confusion.py"), "--checkpoint", str(tmp_path / "ckpt"),
                         "--task", "pick_red_cube", "--episodes", "1", "--jobs", "1", "--exec-steps", "8", "--wording", "paraphrases",
-                        "--port0", str(port), "--out", str(tmp_path / "res")],
+                        "--gripper", "binary", "--port0", str(port), "--out", str(tmp_path / "res")],
                        cwd=ROOT, capture_output=True, text=True, timeout=280)
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
     out = json.loads((tmp_path / "res" / "vla_confusion.json").read_text())
@@ -60,6 +60,7 @@ def test_confusion_bench_writes_matrices_outcomes_and_the_plot(tmp_path):
     t = out["tasks"]["pick_red_cube"]
     assert t["episodes"] == 1 and sum(t["outcomes"].values()) == 1 and sum(t["grasped_first"].values()) == 1
     assert not out["checkpoint"].startswith("/")
+    assert out["gripper"] == "binary" and out["execution"].endswith("gripper binary")
     assert (tmp_path / "res" / "vla_confusion.png").stat().st_size > 5_000
 
 

@@ -220,6 +220,58 @@ def noise_option(spec: str) -> dict:
     raise ValueError(f"--noise {spec!r}: give sample, zero or mean:N with N >= 1 (e.g. mean:8)")
 
 
+GRIPPER_MODES = ("raw", "binary")
+GRIPPER_COLUMN = 6
+"""The gripper opening's column in the arm's ``ee_delta`` action (``[dx, dy, dz, drx, dry, drz, opening]``,
+opening 0 closed .. 1 open: robot_io.server)."""
+
+
+class BinaryGripper:
+    """``policy``'s rows with the gripper opening snapped shut or open: column :data:`GRIPPER_COLUMN` becomes 1.0
+    at or above ``threshold`` (0.5) and 0.0 below; the other columns pass unchanged. ``reset`` and every other
+    attribute are the wrapped policy's.
+
+    Why: the demonstrations command the gripper fully open or fully shut, but a flow policy puts out openings in
+    between near its open / close decision, and temporal ensembling averages chunks that disagree about when to
+    close. The simulated Panda's fingers (Menagerie: a position servo, about 100 N/m) squeeze with force in
+    proportion to how far the command lies inside the cube, so an opening of 0.45 on a 4.5 cm cube holds it with
+    a fifth of the force of 0 and it slides out in the carry (bench/results/vla_sft round 22). The thresholded
+    command is what every demonstration did."""
+
+    def __init__(self, policy, threshold: float = 0.5, column: int = GRIPPER_COLUMN) -> None:
+        if not (np.isfinite(threshold) and 0.0 < threshold < 1.0):
+            raise ValueError(f"gripper threshold must lie in (0, 1), got {threshold}")
+        model = getattr(policy, "model", None) or getattr(getattr(policy, "policy", None), "model", None)
+        dim = getattr(model, "action_shape", (None, None))[-1]
+        if dim is not None and dim <= column:
+            raise ValueError(f"--gripper binary snaps column {column} of the arm's ee_delta action (the opening); "
+                             f"this VLA's actions have {dim} columns")
+        self.policy, self.threshold, self.column = policy, float(threshold), int(column)
+
+    def __getattr__(self, name):  # exec_steps, model, ... : the wrapped policy's
+        if name == "policy":
+            raise AttributeError(name)
+        return getattr(self.policy, name)
+
+    def reset(self, seed: int | None = None) -> None:
+        if hasattr(self.policy, "reset"):
+            self.policy.reset(seed)
+
+    def __call__(self, obs: dict, *args, **kwargs) -> np.ndarray:
+        rows = np.array(self.policy(obs, *args, **kwargs), dtype=np.float32, copy=True)
+        rows[..., self.column] = np.where(rows[..., self.column] >= self.threshold, 1.0, 0.0)
+        return rows
+
+
+def gripper_option(spec: str) -> str:
+    """``--gripper`` (``raw`` | ``binary``) checked by name."""
+    spec = str(spec).strip()
+    if spec not in GRIPPER_MODES:
+        raise ValueError(f"--gripper {spec!r}: give raw (the VLA's opening as it comes) or binary (snapped to "
+                         "0 / 1 at 0.5, as the demonstrations commanded it)")
+    return spec
+
+
 class VLAPolicy:
     """``obs (one env observation) -> float32 [n, A]``: the first ``exec_steps`` rows of the VLA's
     chunk. ``noise`` / ``token`` / ``instruction`` overrides are the RL handles; ``token`` given here

@@ -177,9 +177,9 @@ def evaluate(model, client, tasks: list[str], episodes: int, out_dir: str, seed_
              exec_steps: int | None = None, videos: int = 2, control_hz: float = 10.0,
              instruction: str | None = None, progress: bool = True,
              temporal_ensemble: float | None = None, token: int | None = None,
-             noise: str = "sample") -> dict[str, Any]:
+             noise: str = "sample", gripper: str = "raw") -> dict[str, Any]:
     """Roll ``model`` out on a bridge ``client`` (a sim arm): see the module docstring. ``token``: hold this
-    behaviour token (ExToken; a token-conditioned VLA) in every episode."""
+    behaviour token (ExToken; a token-conditioned VLA) in every episode; ``gripper``: ``make_policy``."""
     from vla.envs import task_env
 
     def envs():
@@ -188,7 +188,7 @@ def evaluate(model, client, tasks: list[str], episodes: int, out_dir: str, seed_
             yield task, env, env.max_ticks
 
     return _evaluate(model, envs(), len(tasks), episodes, out_dir, seed_start, exec_steps, videos, control_hz,
-                     progress, temporal_ensemble, token, noise)
+                     progress, temporal_ensemble, token, noise, gripper)
 
 
 def evaluate_env(model, env, name: str, episodes: int, out_dir: str, max_ticks: int, seed_start: int = 100_000,
@@ -205,11 +205,11 @@ def evaluate_env(model, env, name: str, episodes: int, out_dir: str, max_ticks: 
 def _evaluate(model, envs, n_tasks: int, episodes: int, out_dir: str, seed_start: int, exec_steps: int | None,
               videos: int, control_hz: float, progress: bool,
               temporal_ensemble: float | None = None, token: int | None = None,
-              noise: str = "sample") -> dict[str, Any]:
+              noise: str = "sample", gripper: str = "raw") -> dict[str, Any]:
     from tqdm import tqdm
 
     os.makedirs(os.path.join(out_dir, "videos"), exist_ok=True)
-    policy = make_policy(model, exec_steps, temporal_ensemble, token, noise)
+    policy = make_policy(model, exec_steps, temporal_ensemble, token, noise, gripper)
     results: list[EpisodeResult] = []
     t0 = time.perf_counter()
     bar = tqdm(total=episodes * n_tasks, desc="eval", unit="ep", disable=not progress)
@@ -232,7 +232,7 @@ def _evaluate(model, envs, n_tasks: int, episodes: int, out_dir: str, seed_start
         jsonl.close()
     summary = summarize(results)
     return {"tasks": summary, "exec_steps": policy.exec_steps, "temporal_ensemble": temporal_ensemble,
-            "noise": noise, "seed_start": seed_start,
+            "noise": noise, "gripper": gripper, "seed_start": seed_start,
             "episodes_per_task": episodes, "control_hz": control_hz, "timing": _timing(0.0, time.perf_counter() - t0,
                                                                                       len(results))}
 
@@ -246,18 +246,22 @@ def _timing(startup_s: float, episodes_s: float, n: int) -> dict[str, float]:
 
 
 def make_policy(model, exec_steps: int | None, temporal_ensemble: float | None, token: int | None,
-                noise: str = "sample"):
+                noise: str = "sample", gripper: str = "raw"):
     """The evaluated policy: ACT's temporal ensembling over whole chunks (``temporal_ensemble``), or the first
     ``exec_steps`` rows of every chunk; ``token``: a behaviour token held in every episode; ``noise``: the
-    sampler's starting noise (``vla.envs.noise_option``: sample, zero or mean:N)."""
-    from vla.envs import TemporalEnsemble, VLAPolicy, noise_option
+    sampler's starting noise (``vla.envs.noise_option``: sample, zero or mean:N); ``gripper``: ``binary`` snaps
+    the executed rows' gripper opening to 0 / 1 (``vla.envs.BinaryGripper``, after the ensemble's mean)."""
+    from vla.envs import BinaryGripper, TemporalEnsemble, VLAPolicy, gripper_option, noise_option
 
     how = noise_option(noise)
+    gripper = gripper_option(gripper)
     if temporal_ensemble is not None:
         if exec_steps not in (None, 1):
             raise ValueError("--temporal-ensemble executes one row per tick: drop --exec-steps")
-        return TemporalEnsemble(VLAPolicy(model, token=token, **how), temporal_ensemble)
-    return VLAPolicy(model, exec_steps, token=token, **how)
+        policy = TemporalEnsemble(VLAPolicy(model, token=token, **how), temporal_ensemble)
+    else:
+        policy = VLAPolicy(model, exec_steps, token=token, **how)
+    return BinaryGripper(policy) if gripper == "binary" else policy
 
 
 # -- several workers (`vla eval --workers N`) ------------------------------------------------------
@@ -276,6 +280,7 @@ class WorkerJob:
     temporal_ensemble: float | None = None
     token: int | None = None
     noise: str = "sample"
+    gripper: str = "raw"
     threads: int | None = None
     logs: str = ""
     """Folder of the workers' logs (bridge logs, site copies)."""
@@ -298,7 +303,7 @@ class EvalWorker:
         self.job, self.index = job, index
         self.stack = contextlib.ExitStack()
         self.policy = make_policy(load_vla(job.checkpoint).eval(), job.exec_steps, job.temporal_ensemble, job.token,
-                                  job.noise)
+                                  job.noise, job.gripper)
         self.envs: dict[str, tuple[Any, int]] = {}
         self.client = None
         if job.env:
@@ -416,7 +421,7 @@ def evaluate_on_workers(job: WorkerJob, tasks: list[str], episodes: int, out_dir
             print(f"eval: a worker did not close cleanly: {str(e).strip().splitlines()[-1][:200]}", flush=True)
     ordered = [results[k] for k in range(len(items))]
     return {"tasks": summarize(ordered), "exec_steps": exec_steps, "temporal_ensemble": job.temporal_ensemble,
-            "noise": job.noise, "seed_start": seed_start, "episodes_per_task": episodes, "control_hz": job.control_hz,
+            "noise": job.noise, "gripper": job.gripper, "seed_start": seed_start, "episodes_per_task": episodes, "control_hz": job.control_hz,
             "workers": workers, "timing": _timing(t1 - t0, t2 - t1, len(ordered))}
 
 

@@ -113,6 +113,7 @@ def test_a_temporal_ensemble_plans_every_tick_also_those_the_expert_drives(beta)
 @pytest.mark.parametrize("argv, field", [
     (["--dagger-noise", "zero"], "--dagger"),
     (["--dagger-temporal-ensemble"], "--dagger"),
+    (["--dagger-gripper", "binary"], "--dagger CHECKPOINT"),
     (["--dagger", "ckpt", "--dagger-noise", "loud"], "noise"),
     (["--dagger", "ckpt", "--dagger-temporal-ensemble", "-1"], "--dagger-temporal-ensemble"),
 ])

@@ -75,6 +75,11 @@ an int8 export's success rate before it goes to the robot; --threads sets onnxru
                         "episode; default), zero (deterministic chunks) or mean:N (the mean of N draws' chunks, one "
                         "embedding of the observation shared); bench/results/vla_sft round 19 compares them on the "
                         "shipped base")
+    p.add_argument("--gripper", default="raw", choices=["raw", "binary"],
+                   help="the executed gripper opening: raw (as the VLA puts it out; default) or binary (snapped to "
+                        "0 / 1 at 0.5, as the scripted demonstrations command it; after temporal ensembling). "
+                        "Openings in between hold a grasped cube with a fraction of the fingers' force "
+                        "(bench/results/vla_sft round 22). The arm's ee_delta action only: refused with --env")
     p.add_argument("--videos", type=int, default=2, help="episodes per task saved as MP4 (default 2)")
     p.add_argument("--instruction", default=None, help="override every task's instruction (prompt experiments)")
     p.add_argument("--token", type=int, default=None, metavar="K",
@@ -144,6 +149,10 @@ def run(args) -> int:
     from vla.envs import noise_option
 
     noise_option(args.noise)  # a bad --noise fails before anything loads
+    args.gripper = getattr(args, "gripper", "raw")  # a Namespace built by a caller may predate --gripper
+    if args.gripper != "raw" and args.env:
+        raise ValueError(f"--gripper {args.gripper} snaps the opening of the arm's ee_delta action (column 6); an "
+                         "--env defines its own actions: drop --gripper")
     _check_workers(args)
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -175,7 +184,7 @@ def run(args) -> int:
             report = evaluate(model, client, tasks, args.episodes, out, seed_start=args.seed_start,
                               exec_steps=args.exec_steps, videos=args.videos, instruction=args.instruction,
                               control_hz=args.control_hz, temporal_ensemble=_temporal_ensemble(args),
-                              token=args.token, noise=args.noise)
+                              token=args.token, noise=args.noise, gripper=args.gripper)
         finally:
             client.close()
     return _report(args, report, ckpt, run_root, out)
@@ -216,7 +225,8 @@ def _run_workers(args, model, ckpt: str) -> int:
     run_root, out = _out_dir(args, ckpt)
     job = WorkerJob(checkpoint=os.path.abspath(ckpt), robot=args.robot, env=args.env, max_ticks=args.max_ticks,
                     control_hz=args.control_hz, instruction=args.instruction, exec_steps=args.exec_steps,
-                    temporal_ensemble=te, token=args.token, noise=args.noise, threads=args.threads,
+                    temporal_ensemble=te, token=args.token, noise=args.noise, gripper=args.gripper,
+                    threads=args.threads,
                     logs=log_dir(os.path.join(out, "workers"), local=not args.ray_address))
     exec_steps = make_policy(model, args.exec_steps, te, args.token, args.noise).exec_steps
     report = evaluate_on_workers(job, tasks, args.episodes, out, args.workers, exec_steps, seed_start=args.seed_start,

@@ -100,6 +100,9 @@ z re-record, Esc stop. Recording into an existing dataset appends to it.
                    "--dagger-exec-steps chunks: the states visited are the evaluated policy's own")
     p.add_argument("--dagger-noise", default="sample", metavar="sample|zero|mean:N",
                    help="--dagger: the sampler's starting noise per chunk, as `vla eval --noise` (default sample)")
+    p.add_argument("--dagger-gripper", choices=["raw", "binary"], default="raw",
+                   help="--dagger: the gripper opening the policy drives with, as `vla eval --gripper` (default raw; "
+                        "binary: snapped to 0 / 1 at 0.5)")
     p.add_argument("--dagger-handover", choices=["never", "close"], default="never",
                    help="--dagger: close = the expert drives from the policy's first gripper-close command to the "
                    "episode's end (the policy's approach and descent are labelled; the grasp, a retry and the lift "
@@ -202,10 +205,13 @@ def run(args) -> int:
         raise ValueError("--dagger needs --teleop scripted (the expert labels the states the policy reaches) and "
                          "no --dart")
     te = args.dagger_temporal_ensemble
+    args.dagger_gripper = getattr(args, "dagger_gripper", "raw")  # a Namespace built by a caller may predate it
     if not args.dagger and (te is not None or args.dagger_noise != "sample" or args.dagger_beta > 0
-                            or args.dagger_handover != "never" or args.dagger_labels != "realign"):
-        raise ValueError("--dagger-temporal-ensemble, --dagger-noise, --dagger-beta, --dagger-handover and "
-                         "--dagger-labels set how the policy drives and is labelled: they need --dagger CHECKPOINT")
+                            or args.dagger_handover != "never" or args.dagger_labels != "realign"
+                            or args.dagger_gripper != "raw"):
+        raise ValueError("--dagger-temporal-ensemble, --dagger-noise, --dagger-gripper, --dagger-beta, "
+                         "--dagger-handover and --dagger-labels set how the policy drives and is labelled: they need "
+                         "--dagger CHECKPOINT")
     if te is not None and not (te >= 0 and te < float("inf")):
         raise ValueError(f"--dagger-temporal-ensemble M must be a finite weight >= 0, got {te}")
     if args.dagger:
@@ -267,7 +273,8 @@ def run(args) -> int:
         from vla.train import resolve_checkpoint
 
         policy = make_policy(load_vla(resolve_checkpoint(args.dagger)).eval(),
-                             None if te is not None else args.dagger_exec_steps, te, None, args.dagger_noise)
+                             None if te is not None else args.dagger_exec_steps, te, None, args.dagger_noise,
+                             args.dagger_gripper)
         driver = ChunkDriver(policy, beta=args.dagger_beta, seed=args.seed,
                              handover_at_close=args.dagger_handover == "close")
         teleop.follow_state = True if args.dagger_labels == "realign" else args.dagger_labels
@@ -337,7 +344,8 @@ def run(args) -> int:
                     "dart_sigma": args.dart if args.dart > 0 else None,
                     "dagger": ({"checkpoint": os.path.abspath(args.dagger),
                                 "exec_steps": None if te is not None else args.dagger_exec_steps,
-                                "temporal_ensemble": te, "noise": args.dagger_noise, "beta": args.dagger_beta,
+                                "temporal_ensemble": te, "noise": args.dagger_noise,
+                                "gripper": args.dagger_gripper, "beta": args.dagger_beta,
                                 "handover": args.dagger_handover, "handed_over_at": driver.handed_over_at,
                                 "labels": args.dagger_labels}
                                if args.dagger else None),

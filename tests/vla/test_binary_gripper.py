@@ -1,0 +1,111 @@
+"""`vla eval --gripper binary`: the executed gripper opening snapped shut or open (vla.envs.BinaryGripper),
+after temporal ensembling, the other action columns untouched; refused where it cannot apply."""
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from hypothesis.extra.numpy import arrays
+
+from vla.envs import BinaryGripper, TemporalEnsemble, gripper_option
+
+
+class _Model:
+    action_shape = (4, 7)
+
+
+class _Fixed:
+    """A policy stand-in returning the rows it is given, call after call."""
+
+    model = _Model()
+    exec_steps = 4
+
+    def __init__(self, rows):
+        self.rows, self.seeds = np.asarray(rows, np.float32), []
+
+    def reset(self, seed=None):
+        self.seeds.append(seed)
+
+    def __call__(self, obs):
+        return self.rows.copy()
+
+
+@settings(max_examples=200, deadline=None)
+@given(arrays(np.float32, st.tuples(st.integers(1, 8), st.just(7)),
+              elements=st.floats(-2, 2, width=32, allow_nan=False)))
+def test_the_opening_is_snapped_at_one_half_and_nothing_else_moves(rows):
+    pol = _Fixed(rows)
+    out = BinaryGripper(pol)({})
+    np.testing.assert_array_equal(out[:, :6], rows[:, :6])
+    np.testing.assert_array_equal(out[:, 6], np.where(rows[:, 6] >= 0.5, 1.0, 0.0))
+    np.testing.assert_array_equal(pol.rows, rows)  # the wrapped policy's array is not written to
+
+
+class _Chunks:
+    """A whole-chunk policy whose gripper column alternates between chunks: 0.0 on even calls, 0.9 on odd."""
+
+    model = _Model()
+    exec_steps = 4
+
+    def __init__(self):
+        self.calls = 0
+
+    def __call__(self, obs):
+        g, self.calls = (0.0 if self.calls % 2 == 0 else 0.9), self.calls + 1
+        rows = np.zeros((4, 7), np.float32)
+        rows[:, 6] = g
+        return rows
+
+
+def test_the_snap_comes_after_the_ensemble_mean():
+    """Two live chunks that say 0.0 and 0.9: their mean 0.45 is shut. Snapping each chunk first would give
+    the mean of 0 and 1, 0.5, which is open."""
+    ens = BinaryGripper(TemporalEnsemble(_Chunks(), 0.0))
+    assert ens({})[0, 6] == 0.0  # one chunk: 0.0
+    assert ens({})[0, 6] == 0.0  # mean(0.0, 0.9) = 0.45 -> shut
+    assert ens.exec_steps == 1  # the wrapped policy's attributes show through
+
+
+def test_reset_reaches_the_wrapped_policy():
+    pol = _Fixed(np.zeros((4, 7)))
+    wrapped = BinaryGripper(pol)
+    wrapped.reset(7)
+    assert pol.seeds[-1] == 7 and wrapped.exec_steps == 4 and wrapped.model is pol.model
+
+
+def test_refusals_name_what_is_wrong():
+    for bad in (0.0, 1.0, -0.5, float("nan")):
+        with pytest.raises(ValueError, match="threshold must lie in"):
+            BinaryGripper(_Fixed(np.zeros((4, 7))), threshold=bad)
+    pol = _Fixed(np.zeros((4, 2)))
+    pol.model = type("M", (), {"action_shape": (4, 2)})()
+    with pytest.raises(ValueError, match="this VLA's actions have 2 columns"):
+        BinaryGripper(pol)
+    assert gripper_option(" binary ") == "binary" and gripper_option("raw") == "raw"
+    for bad in ("", "bin", "Binary", "0.5"):
+        with pytest.raises(ValueError, match="--gripper"):
+            gripper_option(bad)
+
+
+def test_make_policy_wraps_only_for_binary():
+    from vla.evaluate import make_policy
+
+    class _M:
+        action_shape = (4, 7)
+        noise_shape = (4, 7)
+
+    raw = make_policy(_M(), None, 0.01, None, "zero", "raw")
+    assert isinstance(raw, TemporalEnsemble)
+    snapped = make_policy(_M(), None, 0.01, None, "zero", "binary")
+    assert isinstance(snapped, BinaryGripper) and isinstance(snapped.policy, TemporalEnsemble)
+    with pytest.raises(ValueError, match="--gripper"):
+        make_policy(_M(), None, 0.01, None, "zero", "half")
+
+
+def test_vla_eval_refuses_binary_with_a_user_env(capsys):
+    from vla.cli import main
+
+    assert main(["eval", "--checkpoint", "nowhere", "--env", "tests.vla.eval_toy_env:make_env",
+                 "--gripper", "binary"]) != 0
+    err = capsys.readouterr().err
+    assert "--gripper binary" in err and "drop --gripper" in err and "Traceback" not in err
