@@ -226,14 +226,14 @@ class ScriptedExpert(Teleop):
     max_regrasps = 5
     settle_ticks = 3
     follow_state: bool | str = False
-    """DAgger labelling (``vla record --dagger``): a policy drives, so every tick the pick phase is
-    read off the state instead of the phase machine's memory (see :meth:`_sync_pick`). Only the
-    pick and lift skills support it (:attr:`FOLLOW_STATE_SKILLS`). ``True``: the open gripper
+    """DAgger labelling (``vla record --dagger``): a policy drives, so every tick the pick and place phases are
+    read off the state instead of the phase machine's memory (see :meth:`_sync_pick`, :meth:`_sync_place`).
+    The pick, lift and place skills support it (:attr:`FOLLOW_STATE_SKILLS`; push does not). ``True``: the open gripper
     descends only within 1.2 cm of the cube's axis, else it flies back up to the hover height and
     re-aligns there (bench/results/vla_sft round 7). ``"correct"``: within the 2 cm its own descent
     tolerates it keeps descending towards the axis, and closes only once within 0.8 cm at grasp
     height (round 20)."""
-    FOLLOW_STATE_SKILLS = ("pick", "lift")
+    FOLLOW_STATE_SKILLS = ("pick", "lift", "place")
 
     def __init__(self, name: str = "scripted", quality: float = 1.0, noise_std: float | None = None, seed: int = 0,
                  max_step_m: float = 0.05, max_rot: float = 0.2, **knobs) -> None:
@@ -437,6 +437,8 @@ class ScriptedExpert(Teleop):
 
     def _control(self, objs, ee, eq, grip):
         self.phase_t += 1
+        if self.follow_state:
+            self._sync_plan(objs, ee, grip)
         if self.k >= len(self.plan):
             self.done_plan_ticks += 1
             if self.mistake is None and self.done_plan_ticks > self.settle_ticks + 1:
@@ -448,6 +450,17 @@ class ScriptedExpert(Teleop):
             return ee + np.array([0, 0, 0.02 if ee[2] < 0.12 else 0.0]), finger_angle(eq), self.grip_cmd
         step = self.plan[self.k]
         return getattr(self, f"_{step[0]}")(step, objs, ee, eq, grip)
+
+    def _sync_plan(self, objs, ee, grip) -> None:
+        """``follow_state``: a pick whose place already holds is behind the policy. Still held there: label the
+        place (its release); let go: skip the pair, as :meth:`_next_skill` skips one whose goal holds."""
+        while (self.k + 1 < len(self.plan) and self.plan[self.k][0] == "pick" and self.plan[self.k + 1][0] == "place"
+               and self.plan[self.k + 1][1] == self.plan[self.k][1] and self._place_done(self.plan[self.k + 1], objs)):
+            held = grasped(objs[self.plan[self.k][1]], ee, grip)
+            self.k += 1 if held else 2
+            self._enter(self._first_phase())
+            if held:
+                break
 
     def _sync_pick(self, c, xy, hover, grasp_z, ee, grip) -> None:
         """``follow_state``: someone else drives the robot (DAgger), so the phase machine's memory says
@@ -518,9 +531,22 @@ class ScriptedExpert(Teleop):
                     return np.array([ee[0], ee[1], CARRY_Z]), cur, 0.0
                 self._back_to_pick()
                 return ee.copy(), cur, 1.0
-        if ee[2] > CARRY_Z - 0.03 and grasped(c, ee, grip):
+        if grasped(c, ee, grip) and (ee[2] > CARRY_Z - 0.03 or self._carried_near_goal(c, objs, eq)):
             self._next_skill(objs)
+            if self.follow_state and self.k < len(self.plan):  # label the next skill from this very state
+                self.phase_t = 1
+                return getattr(self, f"_{self.plan[self.k][0]}")(self.plan[self.k], objs, ee, eq, grip)
         return np.array([ee[0], ee[1], CARRY_Z]), cur, 0.0
+
+    def _carried_near_goal(self, c, objs, eq) -> bool:
+        """``follow_state``: the policy brought the held cube within 3 cm of the next place step's goal below the
+        carry height, where this expert's own carry would hold its height and lower (:meth:`_place`): label the
+        place from there instead of a lift back up to the carry height."""
+        nxt = self.plan[self.k + 1] if self.k + 1 < len(self.plan) else None
+        if not self.follow_state or nxt is None or nxt[0] != "place" or nxt[1] != self.plan[self.k][1]:
+            return False
+        goal, _, _ = self._place_goal(nxt, objs, eq)
+        return dist_xy(c, goal) < 0.03
 
     def _lift(self, step, objs, ee, eq, grip):
         c, z = objs[step[1]], float(step[2])
@@ -573,6 +599,8 @@ class ScriptedExpert(Teleop):
         goal = goal + self.place_offset
         hold = float(ee[2] - c[2])  # tcp above the cube centre while held
         cur = finger_angle(eq)
+        if self.follow_state:
+            self._sync_place(step, c, goal, angle, release_z, ee, eq, grip, objs)
         if self.phase in ("carry", "lower") and not grasped(c, ee, grip):
             self._back_to_pick()  # dropped it on the way
             return ee.copy(), cur, 1.0
@@ -598,6 +626,30 @@ class ScriptedExpert(Teleop):
         if ee[2] > up - 0.01:
             self._next_skill(objs)
         return np.array([ee[0], ee[1], up]), cur, 1.0
+
+    def _sync_place(self, step, c, goal, angle, release_z, ee, eq, grip, objs) -> None:
+        """``follow_state`` for a place step (as :meth:`_sync_pick` for a pick): the phase read off the state.
+        Held: ``release`` once centred over the goal (2 cm once lowering, as :meth:`_place` tolerates; 5 mm and
+        turned to the goal before) at the release height (or within 2 cm of it once releasing), ``lower`` when
+        centred above it, else ``carry``. Not held:
+        ``retreat`` when the goal holds (let go in place); else ``carry``, which sends the plan back to the pick
+        (dropped on the way, or let go off the goal)."""
+        if grasped(c, ee, grip):
+            lowering = self.phase in ("lower", "release")
+            centred = dist_xy(c, goal) < (0.02 if lowering else 0.005)
+            turned = lowering or abs(_wrap(angle - finger_angle(eq), math.pi / 2)) < 0.05
+            if self.phase == "release" and centred and c[2] - release_z < 0.02:
+                want = "release"  # letting go (also after the lowering's time-out): keep opening
+            elif centred and turned:
+                want = "release" if c[2] - release_z < 0.004 else "lower"
+            else:
+                want = "carry"
+        elif self._place_done(step, objs):
+            want = "retreat" if self.phase != "release" or grip > 0.9 else "release"
+        else:
+            want = "carry"
+        if want != self.phase:
+            self._enter(want)
 
     def _push(self, step, objs, ee, eq, grip):
         c, tgt = objs[step[1]], objs[step[2]]

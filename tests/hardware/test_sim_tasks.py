@@ -408,3 +408,56 @@ def test_sub_skill_instructions_and_their_done_predicates():
     assert skill_done(on, stack, FAR, 1.0) and not skill_done(on, scene(), FAR, 1.0)
     with pytest.raises(ValueError, match="sub-skill"):
         skill_done(("push", "blue_cube", "target"), scene(), FAR, 1.0)
+
+
+@pytest.mark.parametrize("mode", [True, "correct"])
+@pytest.mark.parametrize("name", ["place_cube_in_bowl", "stack_cubes", "put_all_cubes_in_bowl"])
+def test_follow_state_expert_still_solves_place_tasks(sim, name, mode):
+    """The place phase read off the state too: driving itself, the DAgger labeller still places and stacks."""
+    for seed in (0, 1):
+        ex = ScriptedExpert(quality=1.0, seed=seed)
+        ex.follow_state = mode
+        assert run_episode(sim, name, ex, seed)["success"], (name, seed)
+
+
+def _stack_label(ee_dz, grip, follow, green_xy_off=(0.0, 0.0), phase_steps=0):
+    """The expert's label on stack_cubes at its first tick, for a hand-made state where a policy brought the green
+    cube (held when ``grip`` is between the closed-on-a-cube readings) ``ee_dz`` above its release height over
+    the red cube, offset sideways by ``green_xy_off``. -> (action, expert)."""
+    red = pose(0.45, 0.10, CUBE_HALF)
+    release_z = CUBE_HALF + 2 * CUBE_HALF + 0.008
+    g = pose(0.45 + green_xy_off[0], 0.10 + green_xy_off[1], release_z + ee_dz)
+    objs = scene(red_cube=red, green_cube=g)
+    names = list(objs)
+    ex = ScriptedExpert(quality=1.0, noise_std=0.0, rot_noise_std=0.0, seed=0)
+    ex.follow_state = follow
+    ex.begin_episode("stack_cubes", seed=0)
+    from hardware.teleop.scripted import down_quat
+
+    privileged = {"objects": np.stack([objs[n] for n in names]), "object_names": names,  # fingers turned to the red cube
+                  "ee_pos": g[:3].copy(), "ee_quat": down_quat(0.0), "gripper": [grip]}
+    act = None
+    for _ in range(1 + phase_steps):
+        act = ex.read(None, privileged).action
+    return act, ex
+
+
+def test_follow_state_labels_a_policy_carried_stack_from_the_state():
+    """A policy carried the green cube over the red one and lowered it to the release height; the phase machine's
+    memory is at the start (approach the green cube). From memory the label opens the fingers to approach; read
+    off the state it is the place: open to let go there, or come down first when still above, or move over the
+    red cube when beside it, fingers shut."""
+    held = 0.56  # the gripper reading with a 4.5 cm cube between the fingers, turned to the red cube's faces
+    at_release, ex = _stack_label(0.0, held, True)
+    assert ex.plan[ex.k][0] == "place" and ex.phase == "release" and at_release[6] == 1.0
+    above, ex = _stack_label(0.03, held, True)
+    assert ex.phase == "lower" and above[2] < -0.01 and above[6] == 0.0
+    beside, ex = _stack_label(0.0, held, True, green_xy_off=(0.0, 0.02))
+    assert ex.phase == "carry" and beside[1] < -0.005 and beside[6] == 0.0
+    memory, ex = _stack_label(0.0, held, False)
+    assert ex.plan[ex.k][0] == "pick" and memory[6] == 1.0  # the phase machine: still approaching, open
+    # resting on the red cube, still held: let go; let go already: the plan is done, up and away with open fingers
+    resting, ex = _stack_label(-0.008, held, True)
+    assert ex.plan[ex.k][0] == "place" and ex.phase == "release" and resting[6] == 1.0
+    done, ex = _stack_label(-0.008, 1.0, True)
+    assert ex.k == len(ex.plan) and done[2] > 0 and done[6] == 1.0

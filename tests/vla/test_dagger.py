@@ -173,15 +173,16 @@ def test_with_handover_at_close_the_policy_drives_only_a_tasks_opening_pick():
         assert dagger_unsupported_skills(task.skills, ok, "never") == sorted(kinds - ok), name
         opens_with_pick = task.skills[0][0] == "pick"
         assert dagger_unsupported_skills(task.skills, ok, "close") == ([] if opens_with_pick else sorted(kinds - ok)), name
-    assert dagger_unsupported_skills(TASKS["stack_cubes"].skills, ok, "never") == ["place"]
+    assert dagger_unsupported_skills(TASKS["stack_cubes"].skills, ok, "never") == []  # place is read off the state
+    assert dagger_unsupported_skills(TASKS["push_block_to_marker"].skills, ok, "never") == ["push"]
     assert dagger_unsupported_skills(TASKS["stack_cubes"].skills, ok, "close") == []
 
 
 def test_vla_record_refuses_a_dagger_task_with_skills_the_expert_cannot_label(tmp_path, capsys):
     from vla.cli import main
 
-    rc = main(["record", "--task", "stack_cubes", "--teleop", "scripted", "--root", str(tmp_path / "d"),
+    rc = main(["record", "--task", "push_block_to_marker", "--teleop", "scripted", "--root", str(tmp_path / "d"),
                "--dagger", "ckpt"])
     err = capsys.readouterr().err
-    assert rc != 0 and "also has ['place']" in err and "--dagger-handover close" in err
+    assert rc != 0 and "also has ['push']" in err
     assert not (tmp_path / "d").exists()
