@@ -50,9 +50,16 @@ bench: setup
 clean-venv:
 	rm -rf $(VENV) $(STAMPS)
 
-# The shipped multi-task base (vla/checkpoints/base, bench/results/vla_sft/README.md round 14): 60 scripted demos
-# per task (seeds 0..59; a dataset left half-recorded by a kill is recorded again), then `vla train` with the
-# round-14 recipe; the trained model replaces the committed one. About 35 min on 2 cores.
+# The shipped multi-task base (vla/checkpoints/base, bench/results/vla_sft/README.md rounds 14 and 21-22): 60 scripted
+# demos per task (seeds 0..59; a dataset left half-recorded by a kill is recorded again), `vla train` with the round-14
+# recipe (base0), then BASE_DAGGER_ROUNDS DAgger rounds (round 21): the newest model drives BASE_DAGGER_EPISODES new
+# scenes per task (round r: seeds 1000 + 40 (r - 1) ..), the scripted expert labels what it reaches (handover at the
+# close, centring labels, the executed opening snapped shut / open), and a fine-tune from base0 on the demos plus every
+# round so far trains only the chunk rows the expert carried out. Round 1 drives the pick tasks, later rounds every
+# task. The last model replaces the committed one. Recordings run BASE_JOBS at a time, each on a bridge of its own
+# (`vla record --serve own`). The default, BASE_DAGGER_ROUNDS=0, is round 14's recipe alone, the committed weights'
+# (about 35 min on 2 cores); `make base BASE_DAGGER_ROUNDS=2` is round 21's DAgger recipe, not yet run at full size
+# through this target (its two rounds took about 80 min by hand).
 BASE_TASKS ?= pick_red_cube pick_blue_cube lift_green_cube place_cube_in_bowl stack_cubes
 # tasks recorded with each frame labelled by the sub-skill the expert is in (none for the shipped base)
 BASE_SEGMENTED ?=
@@ -60,28 +67,56 @@ BASE_DATA ?= data/base
 BASE_EPISODES ?= 60
 BASE_OUT ?= vla/checkpoints/base
 BASE_TRAIN_FLAGS ?= --steps 6000 --batch-size 128 --balance tasks --head-hidden 512 --head-depth 4
+BASE_DAGGER_ROUNDS ?= 0
+BASE_DAGGER_EPISODES ?= 40
+BASE_DAGGER_TASKS_1 ?= pick_red_cube pick_blue_cube lift_green_cube
+BASE_DAGGER_TASKS ?= $(BASE_TASKS)
+BASE_DAGGER_FLAGS ?= --dagger-temporal-ensemble --dagger-noise zero --dagger-gripper binary --dagger-handover close \
+  --dagger-labels correct
+BASE_FT_FLAGS ?= --steps 2000 --warmup-steps 100 --batch-size 128 --balance tasks --shift-pad 0 --aug-views 1 \
+  --dagger-rows coherent
+BASE_JOBS ?= 2
+# run each line of stdin as a shell command, BASE_JOBS at a time; fails when any of them fails
+PARALLEL = xargs -P $(BASE_JOBS) -I{} sh -c {}
 base: setup
-	@for t in $(BASE_TASKS); do \
+	@mkdir -p $(BASE_DATA); for t in $(BASE_TASKS); do \
 	  d=$(BASE_DATA)/q1_$$t; lab=; \
 	  case " $(BASE_SEGMENTED) " in *" $$t "*) lab=--label-subskills;; esac; \
-	  if [ -f $$d.complete ]; then echo ">> $$d: recorded already"; \
-	  else rm -rf $$d && $(VENV)/bin/vla record --robot sim-franka-fast --task $$t --teleop scripted --episodes $(BASE_EPISODES) \
-	         $$lab --root $$d && touch $$d.complete || exit 1; fi; \
-	done
-	@run=runs/base-$$(date +%Y%m%d-%H%M%S); \
-	$(VENV)/bin/vla train $(foreach t,$(BASE_TASKS),--dataset $(BASE_DATA)/q1_$(t)) --out $$run $(BASE_TRAIN_FLAGS) \
-	  --threads 2 && rm -rf $(BASE_OUT) && mkdir -p $$(dirname $(BASE_OUT)) && cp -r $$run/model $(BASE_OUT) \
-	  && $(PY) -c "import json, os; p = '$(BASE_OUT)/config.json'; d = json.load(open(p)); \
-	d['train']['datasets'] = [os.path.relpath(x) for x in d['train']['datasets']]; json.dump(d, open(p, 'w'), indent=2)" \
-	  && echo ">> $(BASE_OUT) <- $$run/model; measure it: .venv/bin/python bench/vla_confusion.py \
-	--checkpoint $(BASE_OUT) --episodes 20"
+	  if [ -f $$d.complete ]; then echo ">> $$d: recorded already" >&2; \
+	  else echo "'rm -rf $$d && $(VENV)/bin/vla record --robot sim-franka-fast --task $$t --teleop scripted \
+	    --episodes $(BASE_EPISODES) $$lab --serve own --root $$d > $$d.log 2>&1 && touch $$d.complete'"; fi; \
+	done | $(PARALLEL) || { echo "a recording failed: see $(BASE_DATA)/q1_*.log"; exit 1; }
+	@set -e; run=runs/base-$$(date +%Y%m%d-%H%M%S); mkdir -p $$run; \
+	demos="$(foreach t,$(BASE_TASKS),--dataset $(BASE_DATA)/q1_$(t))"; \
+	$(VENV)/bin/vla train $$demos --out $$run/base0 $(BASE_TRAIN_FLAGS) --threads 2; \
+	model=$$run/base0/model; dagger=; \
+	for r in $$(seq 1 $(BASE_DAGGER_ROUNDS)); do \
+	  tasks="$(BASE_DAGGER_TASKS)"; [ $$r = 1 ] && tasks="$(BASE_DAGGER_TASKS_1)"; \
+	  seed=$$((1000 + $(BASE_DAGGER_EPISODES) * (r - 1))); \
+	  for t in $$tasks; do dagger="$$dagger --dataset $$run/dagger_r$${r}_$$t"; done; \
+	  for t in $$tasks; do d=$$run/dagger_r$${r}_$$t; \
+	    echo "'$(VENV)/bin/vla record --robot sim-franka-fast --task $$t --teleop scripted --dagger $$model \
+	      $(BASE_DAGGER_FLAGS) --episodes $(BASE_DAGGER_EPISODES) --seed $$seed --serve own --root $$d > $$d.log 2>&1'"; \
+	  done | $(PARALLEL) || { echo "a DAgger recording failed: see $$run/dagger_r$${r}_*.log"; exit 1; }; \
+	  $(VENV)/bin/vla train $$demos $$dagger --init $$run/base0/model --out $$run/dagger_r$$r $(BASE_FT_FLAGS) \
+	    --feature-cache $(BASE_DATA)/feature_cache --threads 2; \
+	  model=$$run/dagger_r$$r/model; \
+	done; \
+	rm -rf $(BASE_OUT) && mkdir -p $$(dirname $(BASE_OUT)) && cp -r $$model $(BASE_OUT); \
+	$(PY) -c "import json, os; p = '$(BASE_OUT)/config.json'; d = json.load(open(p)); t = d['train']; \
+	t['datasets'] = [os.path.relpath(x) for x in t['datasets']]; \
+	t.update({k: os.path.relpath(t[k]) for k in ('init',) if isinstance(t.get(k), str)}); \
+	json.dump(d, open(p, 'w'), indent=2)"; \
+	echo ">> $(BASE_OUT) <- $$model; measure it: .venv/bin/vla eval --checkpoint $(BASE_OUT) --episodes 50 \
+	--noise zero --gripper binary --videos 0"
 
 # the six-task model with sub-skill labels and paraphrases (bench/results/vla_sft round 15: the vocabulary
 # a prompt policy composes; SARL's base, committed: bench/sarl.py); about 35 min on 2 cores
 base-subskills:
 	$(MAKE) base BASE_TASKS="pick_red_cube pick_blue_cube lift_green_cube place_cube_in_bowl stack_cubes \
 	  push_block_to_marker" BASE_SEGMENTED="place_cube_in_bowl stack_cubes" BASE_DATA=data/base_subskills \
-	  BASE_OUT=vla/checkpoints/base_subskills BASE_TRAIN_FLAGS="$(BASE_TRAIN_FLAGS) --paraphrases sim"
+	  BASE_OUT=vla/checkpoints/base_subskills BASE_TRAIN_FLAGS="$(BASE_TRAIN_FLAGS) --paraphrases sim" \
+	  BASE_DAGGER_ROUNDS=0
 
 # ExToken's two bases (bench/results/README.md "ExToken", round 3): pick_red_cube_yaw45 recorded in both grasp turns
 # over the same 160 scenes (seeds 1000..1159, so the image does not give the turn away), behaviour tokens from the

@@ -159,3 +159,29 @@ def test_label_subskills_is_refused_for_a_one_skill_task(tmp_path, capsys):
                  "--root", str(tmp_path / "x")]) == 2
     err = capsys.readouterr().err
     assert "--label-subskills" in err and "place_cube_in_bowl" in err
+
+
+def test_serve_own_lets_two_recordings_of_the_sim_run_at_once(tmp_path):
+    """--serve own: each recording copies the simulated site onto leased ports and starts its own bridge, so two
+    recordings of the same preset run side by side (the default port of the preset stays free)."""
+    import subprocess
+    import sys
+
+    cmd = [sys.executable, "-m", "vla.cli", "record", "--robot", "sim-franka-fast", "--task", "pick_red_cube",
+           "--teleop", "scripted", "--episodes", "1", "--serve", "own", "--no-video"]
+    procs = [subprocess.Popen(cmd + ["--seed", str(s), "--root", str(tmp_path / f"d{s}")], stdout=subprocess.PIPE,
+                              stderr=subprocess.STDOUT, text=True) for s in (0, 1)]
+    outs = [p.communicate(timeout=280)[0] for p in procs]
+    for p, out in zip(procs, outs):
+        assert p.returncode == 0, out[-2000:]
+    for s in (0, 1):
+        assert main(["dataset", "check", "--root", str(tmp_path / f"d{s}")]) == 0
+    sites = sorted(tmp_path.glob("d*.bridge-*-site.yaml"))
+    assert len(sites) == 2 and sites[0].read_text() != sites[1].read_text()  # ports of their own
+
+
+def test_serve_own_is_refused_for_a_real_robot(tmp_path, capsys):
+    assert main(["record", "--robot", "franka-lab", "--task", "pick_red_cube", "--teleop", "scripted",
+                 "--serve", "own", "--root", str(tmp_path / "x")]) == 2
+    err = capsys.readouterr().err
+    assert "--serve own" in err and "real robot" in err and not (tmp_path / "x").exists()

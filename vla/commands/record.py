@@ -123,8 +123,10 @@ z re-record, Esc stop. Recording into an existing dataset appends to it.
     p.add_argument("--keep-failures", action="store_true", help="save failed episodes too (default: re-record them)")
     p.add_argument("--max-attempts", type=int, default=None, help="give up after this many attempts (default 3x episodes)")
     p.add_argument("--no-video", action="store_true", help="store PNG images instead of encoded video")
-    p.add_argument("--serve", default="auto", choices=("auto", "always", "never"),
-                   help="start the bridge for a simulated site when it is not running (auto, default)")
+    p.add_argument("--serve", default="auto", choices=("auto", "always", "never", "own"),
+                   help="start the bridge for a simulated site when it is not running (auto, default); own: a "
+                        "bridge of this recording's own on free loopback ports, so several recordings of a simulated "
+                        "site run at once")
     p.set_defaults(run=run)
 
 
@@ -243,6 +245,12 @@ def run(args) -> int:
                          + f"; got --teleop {args.teleop} --task {args.task}")
     max_steps = args.max_steps or (task.max_steps if task else 300)
     site = load_site(args.robot)
+    if args.serve == "own":
+        from vla.commands._bridge import is_simulated
+
+        if not is_simulated(site):
+            raise ValueError(f"--serve own copies a simulated site onto free ports; --robot {args.robot} is a real "
+                             "robot's, whose bridge runs beside it: drop --serve own")
     os.makedirs(os.path.dirname(os.path.abspath(args.root)) or ".", exist_ok=True)
     repo_id = args.repo_id or f"local/{os.path.basename(os.path.normpath(args.root))}"
     teleop_cls = teleop_pkg.load_teleop(args.teleop)
@@ -282,7 +290,14 @@ def run(args) -> int:
     keep_failures = args.keep_failures or driver is not None
 
     log_path = os.path.abspath(args.root.rstrip("/") + f".bridge-{dt.datetime.now():%Y%m%d-%H%M%S}.log")
-    with running_bridge(site, log_path, start=args.serve), teleop, _StopRequested() as stop:
+    if args.serve == "own":  # the site copied onto leased ports, its bridge started here (vla eval --workers' way)
+        from vla.cluster import worker_robot
+
+        bridge = worker_robot(args.robot, os.path.dirname(log_path), os.path.basename(log_path)[:-4])
+    else:
+        bridge = running_bridge(site, log_path, start=args.serve)
+    with bridge as served, teleop, _StopRequested() as stop:
+        site = served if args.serve == "own" else site
         client = RobotClient(site)
         reward_fn = None
         if task is not None:
