@@ -202,42 +202,13 @@ def test_realtime_thread_keeps_pace_with_the_wall_clock():
     assert s.sim_time == t_after  # the thread stopped on disconnect
 
 
-def _lift_red_cube(sim, seed):
-    """The scripted expert picks the red cube of pick_red_cube and lifts it above 10 cm; -> the tcp pose."""
-    from hardware.sim_tasks import grasped, objects_from_state
-    from hardware.teleop.scripted import ScriptedExpert
-    from robot_io import limits as L
-
-    names = list(OBJECT_NAMES)
-    s = sim.reset(seed=seed, task="pick_red_cube")
-    ex = ScriptedExpert(seed=0)
-    ex.begin_episode("pick_red_cube", seed=seed)
-    for _ in range(120):
-        objs = objects_from_state(s, names)
-        if ex.phase == "lift" and grasped(objs["red_cube"], s.ee_pos, s.gripper) and s.ee_pos[2] > 0.10:
-            return s
-        a = ex.read(None, {"objects": s.extras["objects"], "object_names": names, "ee_pos": s.ee_pos,
-                           "ee_quat": s.ee_quat, "gripper": np.array([s.gripper])}).action
-        target, _, drot, grip, _ = L.clip_ee_delta(L.ArmLimits(), s.ee_pos, a[:3], a[3:6], a[6])
-        q = L.quat_mul(L.axis_angle_to_quat(drot), s.ee_quat)
-        sim.command_ee_pose(target, q / np.linalg.norm(q), grip)
-        sim.step()
-        s = sim.read_state()
-    raise AssertionError(f"the expert did not lift the red cube in scene {seed}")
-
-
 def _slide_after_hold(sim, seed, ticks=60):
-    """How far (m) the lifted cube slid down the shut fingers while the arm held still for ``ticks`` ticks."""
-    from hardware.sim_tasks import objects_from_state
+    """How far (m) the red cube of pick_red_cube, picked and lifted by the scripted expert, slid down the shut
+    fingers while the arm held still for ``ticks`` ticks (bench/sim_grip.py's two stages)."""
+    from bench.sim_grip import grasp_and_lift, hold
 
-    s = _lift_red_cube(sim, seed)
-    pos, quat = s.ee_pos.copy(), s.ee_quat.copy()
-    rel0 = objects_from_state(s, list(OBJECT_NAMES))["red_cube"][2] - s.ee_pos[2]
-    for _ in range(ticks):
-        sim.command_ee_pose(pos, quat, 0.0)
-        sim.step()
-    s = sim.read_state()
-    return rel0 - (objects_from_state(s, list(OBJECT_NAMES))["red_cube"][2] - s.ee_pos[2])
+    assert grasp_and_lift(sim, seed), f"the expert did not lift the red cube in scene {seed}"
+    return hold(sim, 0.0, ticks)[0][-1]
 
 
 def test_the_shut_gripper_holds_a_lifted_cube_where_mujocos_default_contacts_let_it_creep():
