@@ -74,6 +74,8 @@ METADATA = {
     "normalization": "state_mean / state_std / action_min / action_max (baked into the graph too)",
     "noise": "what the noise input is: the sampler's initial Gaussian, or DSRL's eps",
     "threshold": "classifier: P(success) at or above which a frame is success",
+    "gripper": "raw | binary: the executed gripper opening the checkpoint was measured with (robot_io.gripper); "
+               "absent where the checkpoint names none",
     "parity": "max abs difference against torch measured at export",
     "quantization": "none | int8-dynamic (the dense layers: QUANTIZED_OPS; convolutions stay fp32)",
 }
@@ -226,14 +228,20 @@ def _random_observations(rng: np.random.Generator, n: int, cameras, size: int, s
 
 
 def export_vla(vla, out: str, instructions: list[str], agent=None, quantize: bool = False, samples: int = 8,
-               seed: int = 0, source: str = "") -> dict[str, Any]:
+               seed: int = 0, source: str = "", gripper: str | None = None) -> dict[str, Any]:
     """Export the compact VLA's sampler (steered by ``agent``, a DSRL agent, if given) to ``out``.
     ``instructions``: the prompts the robot will be given (their MiniLM embeddings go into the
-    graph). Checks parity on ``samples`` random observations x instructions; returns a report."""
+    graph). ``gripper``: the executed opening the checkpoint was measured with (``robot_io.gripper``; the
+    metadata's ``gripper``, read by the edge runner's ``--gripper auto``), None to record none. Checks parity on
+    ``samples`` random observations x instructions; returns a report."""
     from vla.models.compact import KIND, CompactVLA
 
     if not isinstance(vla, CompactVLA):
         raise ValueError(f"vla export supports the compact flow VLA ({KIND}); got {type(vla).__name__}")
+    if gripper is not None:
+        from robot_io.gripper import gripper_mode
+
+        gripper = gripper_mode(gripper, "gripper")
     instructions = list(dict.fromkeys(instructions))
     if not instructions or not all(isinstance(s, str) and s for s in instructions):
         raise ValueError("instructions: name at least one non-empty instruction the robot will be given")
@@ -287,6 +295,8 @@ def export_vla(vla, out: str, instructions: list[str], agent=None, quantize: boo
                   else {"shape": list(noise_shape), "what": "the flow sampler's initial noise ~ N(0, I)"}),
         "opset": OPSET, "torch": torch.__version__, "exported_unix": int(time.time()),
     }
+    if gripper is not None:
+        meta["gripper"] = gripper
     tmp = out + ".partial"
     os.makedirs(os.path.dirname(os.path.abspath(out)), exist_ok=True)
     _export(wrapper, example, names, "actions", tmp)

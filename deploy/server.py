@@ -52,9 +52,10 @@ class VLASource:
     """Chunks from a VLA (``sample_actions``), optionally steered by a noise provider (the RL hook)."""
 
     def __init__(self, vla, noise: Callable[[dict], Any] | None = None, name: str = "vla",
-                 instructions: list[str] | None = None) -> None:
+                 instructions: list[str] | None = None, gripper: str | None = None) -> None:
         self.vla, self.noise, self.name = vla, noise, name
         self.instructions = list(instructions or [])  # what the checkpoint was trained on (a client's default)
+        self.gripper = gripper  # the executed opening the checkpoint names (a client's --gripper auto), or None
 
     def describe(self) -> dict[str, Any]:
         cfg = getattr(self.vla, "cfg", None)
@@ -64,7 +65,7 @@ class VLASource:
                 "state_dim": int(cfg.state_dim) if cfg is not None and hasattr(cfg, "state_dim") else None,
                 "steered": self.noise is not None and not isinstance(self.noise, ZeroNoise),
                 "noise": ("sample" if self.noise is None else "zero" if isinstance(self.noise, ZeroNoise) else "rl"),
-                "instructions": self.instructions}
+                "instructions": self.instructions, "gripper": self.gripper}
 
     def warmup(self) -> float:
         """One chunk for a blank observation (the declared cameras at 96 px, zero state, the first
@@ -165,7 +166,9 @@ def load_source(checkpoint: str, rl_run: str | None = None, device: str = "auto"
         vla.to(device)
     with open(os.path.join(ckpt, "config.json")) as f:
         instructions = json.load(f).get("instructions") or []
-    return VLASource(vla, provider, name, instructions)
+    from vla.envs import checkpoint_gripper
+
+    return VLASource(vla, provider, name, instructions, gripper=checkpoint_gripper(ckpt))
 
 
 class PolicyServer:

@@ -38,6 +38,7 @@ def test_make_base_at_toy_size_runs_every_stage(tmp_path):
         cfg = json.loads((out / "config.json").read_text())
         assert cfg["step"] == 10 and len(cfg["train"]["datasets"]) == 5
         assert not any(p.startswith("/") for p in cfg["train"]["datasets"])  # no machine paths in the shipped file
+        assert cfg["execution"] == {"gripper": "binary"}  # what `--gripper auto` runs it with
         from vla.models import load_vla
 
         assert load_vla(str(out)).action_shape == (8, 7)

@@ -30,9 +30,13 @@ from __future__ import annotations
 
 import dataclasses
 import importlib
+import json
+import os
 from typing import Any, Callable
 
 import numpy as np
+
+from robot_io.gripper import GRIPPER_CHOICES, GRIPPER_COLUMN, GRIPPER_MODES, gripper_mode, snap_opening  # noqa: F401
 
 DEFAULT_EPISODE_TICKS = 200
 """Episode limit (control ticks) of an env that declares none, when no --max-episode-ticks is given."""
@@ -220,16 +224,10 @@ def noise_option(spec: str) -> dict:
     raise ValueError(f"--noise {spec!r}: give sample, zero or mean:N with N >= 1 (e.g. mean:8)")
 
 
-GRIPPER_MODES = ("raw", "binary")
-GRIPPER_COLUMN = 6
-"""The gripper opening's column in the arm's ``ee_delta`` action (``[dx, dy, dz, drx, dry, drz, opening]``,
-opening 0 closed .. 1 open: robot_io.server)."""
-
-
 class BinaryGripper:
-    """``policy``'s rows with the gripper opening snapped shut or open: column :data:`GRIPPER_COLUMN` becomes 1.0
-    at or above ``threshold`` (0.5) and 0.0 below; the other columns pass unchanged. ``reset`` and every other
-    attribute are the wrapped policy's.
+    """``policy``'s rows with the gripper opening snapped shut or open (``robot_io.gripper.snap_opening``):
+    column :data:`GRIPPER_COLUMN` becomes 1.0 at or above ``threshold`` (0.5) and 0.0 below; the other columns
+    pass unchanged. ``reset`` and every other attribute are the wrapped policy's.
 
     Why: the demonstrations command the gripper fully open or fully shut, but a flow policy puts out openings in
     between near its open / close decision, and temporal ensembling averages chunks that disagree about when to
@@ -258,18 +256,51 @@ class BinaryGripper:
             self.policy.reset(seed)
 
     def __call__(self, obs: dict, *args, **kwargs) -> np.ndarray:
-        rows = np.array(self.policy(obs, *args, **kwargs), dtype=np.float32, copy=True)
-        rows[..., self.column] = np.where(rows[..., self.column] >= self.threshold, 1.0, 0.0)
-        return rows
+        return snap_opening(self.policy(obs, *args, **kwargs), self.threshold, self.column)
 
 
-def gripper_option(spec: str) -> str:
-    """``--gripper`` (``raw`` | ``binary``) checked by name."""
-    spec = str(spec).strip()
-    if spec not in GRIPPER_MODES:
-        raise ValueError(f"--gripper {spec!r}: give raw (the VLA's opening as it comes) or binary (snapped to "
-                         "0 / 1 at 0.5, as the demonstrations commanded it)")
-    return spec
+def gripper_option(spec: str, auto: bool = False) -> str:
+    """``--gripper`` (``raw`` | ``binary``, and ``auto`` where ``auto``) checked by name."""
+    return gripper_mode(spec, "--gripper", auto=auto)
+
+
+def checkpoint_gripper(path: str) -> str | None:
+    """The executed gripper opening a checkpoint was measured with: a checkpoint directory's ``config.json``
+    ``execution.gripper``, an exported ``.onnx`` graph's ``gripper`` metadata; None where it names none (a
+    checkpoint made elsewhere or before the field existed). A bad value is refused, naming the file and field."""
+    if os.path.isfile(path):
+        from vla.models.onnx_vla import is_onnx_file
+
+        if not is_onnx_file(path):
+            return None
+        import onnxruntime as ort
+
+        from deploy.runtime.onnx_policy import read_metadata  # checks the field
+
+        return read_metadata(ort.InferenceSession(path, providers=["CPUExecutionProvider"])).get("gripper")
+    cfg = os.path.join(path, "config.json")
+    if not os.path.isfile(cfg):
+        return None
+    with open(cfg) as f:
+        d = json.load(f)
+    ex = d.get("execution") if isinstance(d, dict) else None
+    if ex is None:
+        return None
+    if not isinstance(ex, dict):
+        raise ValueError(f"{cfg}: 'execution' must be a mapping such as {{\"gripper\": \"binary\"}}, got "
+                         f"{type(ex).__name__}")
+    if ex.get("gripper") is None:
+        return None
+    return gripper_mode(ex["gripper"], f"{cfg}: execution.gripper")
+
+
+def resolve_gripper(spec: str, checkpoint: str | None) -> str:
+    """``--gripper`` made concrete: ``auto`` is what ``checkpoint`` names (:func:`checkpoint_gripper`), else
+    ``raw``; ``raw`` / ``binary`` stand."""
+    spec = gripper_option(spec, auto=True)
+    if spec != "auto":
+        return spec
+    return (checkpoint_gripper(checkpoint) if checkpoint else None) or "raw"
 
 
 class VLAPolicy:

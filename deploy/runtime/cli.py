@@ -42,6 +42,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help="rows of each chunk executed before the next inference (default: the policy's)")
     p.add_argument("--noise", choices=["sample", "zero"], default="sample",
                    help="the policy's noise input: sample N(0, I) per chunk (default) or zero (deterministic)")
+    p.add_argument("--gripper", choices=["auto", "raw", "binary"], default="auto",
+                   help="the executed gripper opening: raw (as the policy puts it out), binary (snapped to 0 / 1 at "
+                        "0.5, as scripted demonstrations command it) or auto (default: the policy file's 'gripper' "
+                        "metadata, written by `vla export policy` from the checkpoint's execution.gripper; else raw)")
     p.add_argument("--threads", type=int, default=1, help="onnxruntime threads (default 1)")
     p.add_argument("--cpu", type=int, default=None, help="pin this process to one CPU core (Linux)")
     p.add_argument("--reset", type=int, default=None, metavar="SEED",
@@ -117,9 +121,10 @@ def _run(args) -> int:
         raise ValueError(f"--timeout must be positive, got {args.timeout}")
     if args.cpu is not None:
         os.sched_setaffinity(0, {args.cpu})
-    cfg = EdgeConfig(hz=args.hz, seconds=args.seconds, exec_steps=args.exec_steps, noise=args.noise,
-                     seed=args.reset or 0)
     policy = OnnxPolicy(args.policy, threads=args.threads)
+    gripper = (policy.gripper or "raw") if args.gripper == "auto" else args.gripper
+    cfg = EdgeConfig(hz=args.hz, seconds=args.seconds, exec_steps=args.exec_steps, noise=args.noise,
+                     gripper=gripper, seed=args.reset or 0)
     instruction = resolve_instruction(policy, args.instruction)
     noise_shape = tuple(policy.inputs["noise"].shape[1:]) if "noise" in policy.inputs else None
     site = load_site(args.site)
@@ -128,9 +133,9 @@ def _run(args) -> int:
         if args.reset is not None:
             client.reset(args.reset, timeout_s=120.0)  # a simulator settles its scene (slow on a busy CPU)
         print(f"vla-edge: {os.path.basename(args.policy)} on {client.site.name} at {args.hz:g} Hz, "
-              f"instruction {instruction!r}", flush=True)
+              f"instruction {instruction!r}, gripper {gripper}", flush=True)
         stats = run_edge(client, policy, instruction, cfg, noise_shape=noise_shape, exec_steps=policy.exec_steps)
-    stats.update(policy=os.path.basename(args.policy), site=client.site.name, instruction=instruction,
+    stats.update(policy=os.path.basename(args.policy), site=client.site.name, instruction=instruction, gripper=gripper,
                  python=sys.version.split()[0], threads=args.threads)
     lat = stats["latency_ms"]
     print(f"{stats['ticks']} ticks at {stats['achieved_hz'] or 0:.2f} Hz (target {args.hz:g}); "

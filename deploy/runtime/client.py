@@ -45,6 +45,7 @@ import zmq
 
 from deploy.runtime.blend import BLEND_MODES, ChunkBlender, boundary_jumps
 from deploy.runtime.edge import EdgeStats, check_chunk, safe_stop
+from robot_io.gripper import gripper_mode, snap_opening
 from robot_io.security import CurveKeys, SecurityError, is_local_endpoint, secure_client_socket
 from robot_io.wire import Message, ProtocolError, decode, encode
 
@@ -73,6 +74,9 @@ class ClientConfig:
     """How overlapping chunks are blended: none | ensemble | crossfade (deploy.runtime.blend)."""
     ensemble_m: float = 0.01
     """``ensemble``: weights exp(-m * i), i = 0 the oldest chunk (ACT's m)."""
+    gripper: str = "raw"
+    """The executed gripper opening (``robot_io.gripper``): ``raw`` as blended, ``binary`` the blended row's
+    opening snapped to 0 / 1 at 0.5 (after the blend, as ``vla eval --gripper binary`` after its ensemble)."""
     refill: int | None = None
     """Ask for the next chunk when this many rows or fewer are left (default: half the chunk)."""
     deadline_s: float = 0.5
@@ -91,6 +95,7 @@ class ClientConfig:
             raise ValueError(f"seconds must be >= 0 (0: until Ctrl-C), got {self.seconds}")
         if self.blend not in BLEND_MODES:
             raise ValueError(f"blend must be one of {', '.join(BLEND_MODES)}, got {self.blend!r}")
+        gripper_mode(self.gripper, "gripper")
         if not self.deadline_s > 0:
             raise ValueError(f"deadline_s must be positive, got {self.deadline_s}")
         if not self.first_deadline_s > 0:
@@ -348,6 +353,8 @@ def run_client(robot, link: PolicyLink, instruction: str, cfg: ClientConfig = Cl
             due = t0 + k * period
             serve_until(due)
             row, src = blender.action(k)
+            if row is not None and cfg.gripper == "binary":
+                row = snap_opening(row)
             if row is None:
                 stats.starved += 1  # the queue ran dry: send nothing, the arm holds its last target
             else:

@@ -47,6 +47,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--seconds", type=float, default=30.0, help="run time (default 30; 0: until Ctrl-C)")
     p.add_argument("--blend", choices=BLEND_MODES, default="crossfade",
                    help="how overlapping chunks are blended (default crossfade)")
+    p.add_argument("--gripper", choices=["auto", "raw", "binary"], default="auto",
+                   help="the executed gripper opening: raw (as blended), binary (the blended opening snapped to "
+                        "0 / 1 at 0.5) or auto (default: what the served checkpoint names, its config.json's "
+                        "execution.gripper; else raw)")
     p.add_argument("--ensemble-m", type=float, default=0.01, help="--blend ensemble: weights exp(-m i), i = 0 oldest")
     p.add_argument("--refill", type=int, default=None,
                    help="ask for the next chunk when this many rows or fewer are left (default: half the chunk)")
@@ -118,6 +122,7 @@ def check_description(desc: dict, site, instruction: str | None) -> str:
 
 def _run(args) -> int:
     from deploy.runtime.client import ClientConfig, PolicyLink, run_client
+    from robot_io.gripper import gripper_mode
     from robot_io.robot import RobotClient
     from robot_io.security import keys_from_dir
     from robot_io.site import load_site
@@ -126,24 +131,28 @@ def _run(args) -> int:
         raise ValueError(f"--timeout must be positive, got {args.timeout}")
     if args.cpu is not None:
         os.sched_setaffinity(0, {args.cpu})
-    cfg = ClientConfig(hz=args.hz, seconds=args.seconds, blend=args.blend, ensemble_m=args.ensemble_m,
-                       refill=args.refill, deadline_s=args.deadline, max_misses=args.max_misses,
-                       first_deadline_s=args.first_deadline)
     site = load_site(args.site)
     keys = keys_from_dir(args.keys, args.key_name) if args.keys else site.security
     with PolicyLink(args.server, keys, insecure=args.insecure) as link:
         desc = link.describe(max(args.first_deadline, args.deadline))
         instruction = check_description(desc, site, args.instruction)
+        gripper = args.gripper
+        if gripper == "auto":  # a server from before the field, or a checkpoint that names none: raw
+            gripper = gripper_mode(desc.get("gripper") or "raw", "the server's described 'gripper'")
+        cfg = ClientConfig(hz=args.hz, seconds=args.seconds, blend=args.blend, ensemble_m=args.ensemble_m,
+                           gripper=gripper, refill=args.refill, deadline_s=args.deadline,
+                           max_misses=args.max_misses, first_deadline_s=args.first_deadline)
         # observe only the cameras the policy reads (the server names them; all of the site's otherwise)
         cams = desc.get("cameras")
         with RobotClient(site, cameras=list(cams) if cams is not None else None, timeout_s=args.timeout) as robot:
             if args.reset is not None:
                 robot.reset(args.reset, timeout_s=120.0)  # a simulator settles its scene (slow on a busy CPU)
             print(f"vla-client: {desc.get('policy')} from {args.server} on {robot.site.name} at {args.hz:g} Hz, "
-                  f"blend {args.blend}, deadline {args.deadline:g} s, instruction {instruction!r}", flush=True)
+                  f"blend {args.blend}, gripper {gripper}, deadline {args.deadline:g} s, instruction "
+                  f"{instruction!r}", flush=True)
             stats = run_client(robot, link, instruction, cfg, horizon=desc.get("horizon"), cameras=desc.get("cameras"))
     stats.update(server=args.server, policy=desc.get("policy"), site=site.name, instruction=instruction,
-                 python=sys.version.split()[0])
+                 gripper=gripper, python=sys.version.split()[0])
     lat, req, jump = stats["latency_ms"], stats["request_ms"], stats["jump_arm"]
     print(f"{stats['ticks']} ticks at {stats['achieved_hz'] or 0:.2f} Hz (target {args.hz:g}); deadline misses "
           f"{stats['deadline_misses']}, skipped {stats['skipped_ticks']}, starved {stats['starved_ticks']}; latency "

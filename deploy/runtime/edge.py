@@ -32,6 +32,8 @@ from typing import Any, Callable
 
 import numpy as np
 
+from robot_io.gripper import gripper_mode, snap_opening
+
 log = logging.getLogger(__name__)
 
 ACTION_DIM = 7
@@ -47,6 +49,9 @@ class EdgeConfig:
     """Rows of each chunk executed before the next inference (default: the policy's metadata, else the whole chunk)."""
     noise: str = "sample"
     """The policy's noise input: ``sample`` (N(0, I) per chunk: the policy as trained) or ``zero`` (deterministic)."""
+    gripper: str = "raw"
+    """The executed gripper opening (``robot_io.gripper``): ``raw`` as the policy puts it out, ``binary`` snapped
+    to 0 / 1 at 0.5."""
     seed: int = 0
     """Seed of the noise and of the scene reset (sim)."""
     window: int = 100_000
@@ -61,6 +66,7 @@ class EdgeConfig:
             raise ValueError(f"exec_steps must be >= 1, got {self.exec_steps}")
         if self.noise not in ("sample", "zero"):
             raise ValueError(f"noise must be 'sample' or 'zero', got {self.noise!r}")
+        gripper_mode(self.gripper, "gripper")
 
 
 class EdgeStats:
@@ -141,6 +147,8 @@ def run_edge(client, policy: Callable[..., np.ndarray], instruction: str, cfg: E
                     noise = (rng.standard_normal(noise_shape) if cfg.noise == "sample"
                              else np.zeros(noise_shape)).astype(np.float32)
                 chunk = check_chunk(policy(obs, noise=noise))
+                if cfg.gripper == "binary":
+                    chunk = snap_opening(chunk)
                 t_done = time.perf_counter()
                 stats.observe_s.append(t_inf - t_obs)
                 stats.infer_s.append(t_done - t_inf)

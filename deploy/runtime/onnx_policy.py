@@ -25,6 +25,7 @@ import cv2
 import numpy as np
 
 from deploy.runtime.preprocess import camera_input
+from robot_io.gripper import gripper_mode
 
 FORMATS = (1,)
 """Metadata layouts this runtime reads (``deploy.export.FORMAT``)."""
@@ -47,6 +48,8 @@ def read_metadata(session) -> dict:
                      ("exec_steps", int), ("horizon", int)):
         if key in meta and not isinstance(meta[key], typ):
             raise ValueError(f"policy metadata {key!r} must be a {typ.__name__}, got {type(meta[key]).__name__}")
+    if "gripper" in meta:
+        meta["gripper"] = gripper_mode(meta["gripper"], "policy metadata 'gripper'")
     return meta
 
 
@@ -82,6 +85,12 @@ class OnnxPolicy:
     def exec_steps(self) -> int | None:
         """Rows of each chunk to execute before the next inference (metadata), None if unknown."""
         return self.meta.get("exec_steps")
+
+    @property
+    def gripper(self) -> str | None:
+        """The executed gripper opening the exported checkpoint was measured with (``raw`` | ``binary``,
+        ``robot_io.gripper``), None where the metadata names none."""
+        return self.meta.get("gripper")
 
     @staticmethod
     def _static(dims, what):

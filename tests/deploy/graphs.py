@@ -9,7 +9,7 @@ import numpy as np
 
 
 def toy_policy(path: str, cameras=("front", "wrist"), size: int = 64, horizon: int = 4, scale: float = 0.01,
-               instructions=("pick up the red cube",), exec_steps: int = 2) -> str:
+               instructions=("pick up the red cube",), exec_steps: int = 2, extra_meta: dict | None = None) -> str:
     """actions[b, h, a] = scale * tanh(noise + mean(state) + mean(images) / 255 + instruction): every input
     reaches the output, the chunk stays within +-scale (metres / radians per tick)."""
     from onnx import TensorProto, helper, numpy_helper, save
@@ -47,7 +47,7 @@ def toy_policy(path: str, cameras=("front", "wrist"), size: int = 64, horizon: i
     model.ir_version = 8
     meta = {"format": 1, "kind": "toy", "cameras": list(cameras), "image_size": size, "crops": {},
             "instructions": list(instructions), "horizon": horizon, "action_dim": 7, "state_dim": 8,
-            "exec_steps": exec_steps}
+            "exec_steps": exec_steps, **(extra_meta or {})}
     for k, v in meta.items():
         p = model.metadata_props.add()
         p.key, p.value = k, json.dumps(v)

@@ -99,6 +99,7 @@ def test_vla_edge_drives_the_sim_arm_without_torch(bridge, tmp_path):
     # every tick of the 3 s schedule was either executed or counted as skipped (on a busy machine
     # many are skipped: the rate itself is bench/edge.py's business, not this test's)
     assert stats["ticks"] >= 1 and stats["chunks"] >= 1
+    assert stats["gripper"] == "raw"  # --gripper auto: the toy file names no executed opening
     assert stats["ticks"] + stats["skipped_ticks"] == 30, stats
     assert stats["latency_ms"]["p50"] is not None and 0 <= stats["deadline_misses"] <= stats["ticks"]
     after = _arm_state(site)
@@ -223,3 +224,20 @@ def test_sigterm_stops_the_arm(kinematic_site, tmp_path):
         if proc.poll() is None:
             proc.kill()
     assert arm.safe, "SIGTERM must leave the arm in its safe state"
+
+
+@pytest.mark.parametrize("mode", ["raw", "binary"])
+def test_the_edge_runner_snaps_the_opening_when_binary(kinematic_site, mode):
+    """`vla-edge --gripper binary`: the opening sent to the arm is 0 or 1 (0.49 -> 0, 0.5 -> 1); raw sends it as is."""
+    site, arm = kinematic_site
+    chunk = np.zeros((4, 7), np.float32)
+    chunk[:, 6] = [0.49, 0.5, 0.2, 0.8]
+    sent = []
+    with RobotClient(str(site), sync=False, timeout_s=10) as client:
+        client.reset(1)
+        run_edge(client, lambda obs, noise=None: chunk.copy(), INSTR, EdgeConfig(hz=20, seconds=0.5, gripper=mode),
+                 exec_steps=4, on_tick=lambda k, row: sent.append(float(row[6])))
+    want = [0.0, 1.0, 0.0, 1.0] if mode == "binary" else [0.49, 0.5, 0.2, 0.8]
+    assert len(sent) >= 2 and sent == pytest.approx([want[k % 4] for k in range(len(sent))])
+    with pytest.raises(ValueError, match="gripper"):
+        EdgeConfig(gripper="auto")  # the CLI resolves auto from the policy file before the config

@@ -65,7 +65,7 @@ def vla_export(tmp_path_factory):
     """One fp32 + int8 export of the tiny VLA, shared with test_onnx_vla (an export takes ~20 s)."""
     vla = tiny_vla()
     out = str(tmp_path_factory.mktemp("export") / "policy.onnx")
-    rep = ex.export_vla(vla, out, INSTR, quantize=True, source="/some/where/runs/vla_pick")
+    rep = ex.export_vla(vla, out, INSTR, quantize=True, source="/some/where/runs/vla_pick", gripper="binary")
     return vla, out, rep
 
 
@@ -82,6 +82,7 @@ def test_vla_export_parity_and_metadata(vla_export):
     assert meta["crops"] == {"front": [0.1, 0.1, 0.9, 0.9]}
     np.testing.assert_allclose(meta["normalization"]["state_std"], vla.state_std.numpy(), rtol=1e-6)
     assert meta["source"] == "vla_pick"  # no machine path in the file
+    assert meta["gripper"] == "binary"  # the checkpoint's executed opening, for `vla-edge --gripper auto`
     assert meta["parity"]["max_abs_diff"] == rep["parity"]["max_abs_diff"]
     # int8: a smaller file with the same metadata, and outputs near (not equal to) fp32
     q = onnx.load(rep["int8"]["path"])

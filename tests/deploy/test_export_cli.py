@@ -26,7 +26,8 @@ def test_export_help_teaches(argv, capsys):
 
 
 def test_export_policy_cli_defaults_to_training_instructions(tmp_path, capsys):
-    ckpt = save_tiny_vla(str(tmp_path / "vla"), extra={"instructions": ["pick up the red cube"]})
+    ckpt = save_tiny_vla(str(tmp_path / "vla"), extra={"instructions": ["pick up the red cube"],
+                                                       "execution": {"gripper": "binary"}})
     out = tmp_path / "edge" / "pick.onnx"
     assert main(["export", "policy", "--checkpoint", ckpt, "--out", str(out), "--samples", "3"]) == 0
     printed = capsys.readouterr().out
@@ -34,6 +35,7 @@ def test_export_policy_cli_defaults_to_training_instructions(tmp_path, capsys):
     assert rep["parity"]["max_abs_diff"] < 1e-4 and "bound 1e-4" in printed
     pol = OnnxPolicy(str(out))
     assert pol.instructions == ["pick up the red cube"] and pol.meta["source"] == "vla"
+    assert pol.gripper == "binary"  # the checkpoint's execution.gripper travels to the edge
     obs = {"images": {c: np.zeros((64, 64, 3), np.uint8) for c in ("front", "wrist")},
            "state": np.zeros(8, np.float32), "instruction": "pick up the red cube"}
     chunk = pol(obs)

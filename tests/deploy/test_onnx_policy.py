@@ -72,3 +72,19 @@ class _CountEnv:
 def test_run_episodes_loop():
     res = run_episodes(_CountEnv(), lambda o: np.zeros((4, 7), np.float32), episodes=2, max_steps=10)
     assert [r["steps"] for r in res] == [3, 3] and all(r["success"] for r in res) and res[0]["return"] == 3.0
+
+
+def test_the_gripper_metadata_is_read_and_checked(tmp_path):
+    """`vla export policy` records the checkpoint's executed opening as metadata 'gripper'; the runtime reads it
+    for `vla-edge --gripper auto`, refuses a value it does not know by name, and a file without it says None."""
+    from tests.deploy.graphs import toy_policy
+
+    assert OnnxPolicy(toy_policy(str(tmp_path / "b.onnx"), extra_meta={"gripper": "binary"})).gripper == "binary"
+    assert OnnxPolicy(toy_policy(str(tmp_path / "n.onnx"))).gripper is None
+    with pytest.raises(ValueError, match="policy metadata 'gripper' 'half'"):
+        OnnxPolicy(toy_policy(str(tmp_path / "h.onnx"), extra_meta={"gripper": "half"}))
+    pytest.importorskip("torch")  # vla's side: `vla eval --gripper auto` on an exported file
+    from vla.envs import checkpoint_gripper, resolve_gripper
+
+    assert checkpoint_gripper(str(tmp_path / "b.onnx")) == "binary"
+    assert resolve_gripper("auto", str(tmp_path / "n.onnx")) == "raw"

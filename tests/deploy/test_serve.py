@@ -93,12 +93,14 @@ def test_zero_noise_serves_the_deterministic_chunk_vla_eval_measures(tmp_path):
     from deploy.server import load_source
     from tests.conftest import save_tiny_vla
 
-    ckpt = save_tiny_vla(str(tmp_path / "vla"), extra={"instructions": ["pick up the red cube"]})
+    ckpt = save_tiny_vla(str(tmp_path / "vla"), extra={"instructions": ["pick up the red cube"],
+                                                       "execution": {"gripper": "binary"}})
     obs = _obs(("front", "wrist"), 64, state=np.linspace(-1, 1, 8).astype(np.float32))
     obs["instruction"] = "pick up the red cube"
     zero, sample = load_source(ckpt, device="cpu", noise="zero"), load_source(ckpt, device="cpu")
     assert zero.describe()["noise"] == "zero" and not zero.describe()["steered"]
     assert sample.describe()["noise"] == "sample"
+    assert sample.describe()["gripper"] == "binary"  # the checkpoint's execution.gripper: a client's auto
     a, b = zero(obs), zero(obs)
     np.testing.assert_array_equal(a, b)
     batch = {"images": {c: v[None] for c, v in obs["images"].items()}, "state": obs["state"][None],
@@ -318,3 +320,45 @@ def test_help_teaches():
         assert s in text, s
     sub = vla_parser()._subparsers._group_actions[0].choices["serve"].format_help()
     assert "examples:" in sub and "vla serve --checkpoint" in sub and "--rl-run" in sub
+
+
+class _GripperSource(OffsetSource):
+    """OffsetSource whose gripper opening alternates 0.3 / 0.7 from chunk to chunk: blended rows lie in
+    between, around the 0.5 threshold. It names ``binary`` as its checkpoint's executed opening."""
+
+    def describe(self) -> dict:
+        return {**super().describe(), "gripper": "binary"}
+
+    def __call__(self, obs: dict) -> np.ndarray:
+        chunk = super().__call__(obs)
+        chunk[:, 6] = 0.3 if self.calls % 2 else 0.7
+        return chunk
+
+
+def test_the_client_snaps_the_blended_opening_when_binary(kinematic_robot):
+    """`vla-client --gripper binary`: every opening sent to the arm is 0 or 1, after the crossfade (raw sends
+    the blend's in-between values); the other columns are the raw run's rows."""
+    robot, arm = kinematic_robot
+    srv = PolicyServer(_GripperSource(), "tcp://127.0.0.1:*").start()
+    try:
+        assert PolicyLink(srv.endpoint).describe(5.0)["gripper"] == "binary"
+        sent = {}
+        for mode in ("raw", "binary"):
+            arm.calls.clear()
+            rows = []
+            with PolicyLink(srv.endpoint) as link:
+                run_client(robot, link, "test", ClientConfig(hz=10, seconds=2.0, blend="crossfade", deadline_s=5.0,
+                                                             gripper=mode),
+                           horizon=10, on_tick=lambda k, row, src: rows.append(row))
+            sent[mode] = np.array([c[3] for c in arm.motion_calls() if c[0] == "ee_pose"], np.float64)
+            executed = np.array([r for r in rows if r is not None])
+            assert len(executed) >= 5
+            if mode == "binary":
+                assert set(np.unique(executed[:, 6])) <= {0.0, 1.0}
+            robot.reset(1)
+        assert set(np.unique(np.round(sent["binary"], 6))) <= {0.0, 1.0}
+        assert ((sent["raw"] > 0.31) & (sent["raw"] < 0.69)).any(), "the raw crossfade should blend the openings"
+    finally:
+        srv.stop()
+    with pytest.raises(ValueError, match="gripper"):
+        ClientConfig(gripper="half")

@@ -109,3 +109,44 @@ def test_vla_eval_refuses_binary_with_a_user_env(capsys):
                  "--gripper", "binary"]) != 0
     err = capsys.readouterr().err
     assert "--gripper binary" in err and "drop --gripper" in err and "Traceback" not in err
+
+
+def _ckpt(tmp_path, body):
+    d = tmp_path / "ckpt"
+    d.mkdir(exist_ok=True)
+    (d / "config.json").write_text(body if isinstance(body, str) else __import__("json").dumps(body))
+    return str(d)
+
+
+def test_auto_takes_what_the_checkpoint_names_else_raw(tmp_path):
+    from vla.envs import checkpoint_gripper, resolve_gripper
+
+    binary = _ckpt(tmp_path, {"kind": "compact-flow-vla", "execution": {"gripper": "binary"}})
+    assert checkpoint_gripper(binary) == "binary"
+    assert resolve_gripper("auto", binary) == "binary" and resolve_gripper("raw", binary) == "raw"
+    for silent in ({"kind": "x"}, {"execution": {}}, {"execution": None}, {"execution": {"gripper": None}}):
+        none = _ckpt(tmp_path, silent)
+        assert checkpoint_gripper(none) is None and resolve_gripper("auto", none) == "raw"
+    assert resolve_gripper("auto", str(tmp_path / "missing")) == "raw"  # a hub id, a path without a config
+    assert resolve_gripper("binary", None) == "binary" and resolve_gripper("auto", None) == "raw"
+
+
+@pytest.mark.parametrize("body, match", [
+    ({"execution": {"gripper": "half"}}, r"config.json: execution.gripper 'half'"),
+    ({"execution": {"gripper": 1}}, r"execution.gripper 1"),
+    ({"execution": "binary"}, r"'execution' must be a mapping"),
+])
+def test_a_bad_execution_field_is_refused_naming_file_and_field(tmp_path, body, match):
+    from vla.envs import checkpoint_gripper
+
+    with pytest.raises(ValueError, match=match):
+        checkpoint_gripper(_ckpt(tmp_path, body))
+
+
+def test_vla_eval_refuses_a_bad_gripper_before_loading(capsys):
+    from vla.cli import main
+
+    with pytest.raises(SystemExit) as e:
+        main(["eval", "--checkpoint", "nowhere", "--gripper", "half"])
+    err = capsys.readouterr().err
+    assert e.value.code == 2 and "--gripper" in err and "'half'" in err and "Traceback" not in err

@@ -110,12 +110,15 @@ def test_vla_eval_on_a_user_env(tmp_path, capsys):
                                     hidden=32, cond_dim=32, keypoints=4, pretrained=False))
     m.set_normalization(np.zeros(4), np.ones(4), -np.full(2, 0.2), np.full(2, 0.2))
     m.save(str(tmp_path / "ckpt"))
+    cfg = json.loads((tmp_path / "ckpt" / "config.json").read_text())
+    cfg["execution"] = {"gripper": "binary"}  # an --env defines its own actions: auto leaves them raw
+    (tmp_path / "ckpt" / "config.json").write_text(json.dumps(cfg))
     out = tmp_path / "eval"
     rc = main(["eval", "--checkpoint", str(tmp_path / "ckpt"), "--env", "tests.vla.eval_toy_env:make_env",
                "--episodes", "2", "--videos", "2", "--exec-steps", "3", "--out", str(out), "--threads", "1"])
     assert rc == 0
     rep = json.loads((out / "eval.json").read_text())
-    assert rep["env"] == "tests.vla.eval_toy_env:make_env" and rep["exec_steps"] == 3
+    assert rep["env"] == "tests.vla.eval_toy_env:make_env" and rep["exec_steps"] == 3 and rep["gripper"] == "raw"
     t = rep["tasks"]["make_env"]
     assert t["episodes"] == 2 and 0 <= t["successes"] <= 2
     eps = [json.loads(x) for x in (out / "episodes.jsonl").read_text().splitlines()]
@@ -149,12 +152,13 @@ def test_vla_eval_end_to_end_on_the_sim(tmp_path):
     from tests.conftest import save_tiny_vla
     from vla.cli import main
 
-    save_tiny_vla(str(tmp_path / "ckpt"), extra={"sim_tasks": ["pick_red_cube"]})
+    save_tiny_vla(str(tmp_path / "ckpt"), extra={"sim_tasks": ["pick_red_cube"], "execution": {"gripper": "binary"}})
     out = tmp_path / "eval"
     rc = main(["eval", "--checkpoint", str(tmp_path / "ckpt"), "--episodes", "2", "--videos", "1",
                "--out", str(out), "--threads", "1"])
     assert rc == 0
     rep = json.loads((out / "eval.json").read_text())
+    assert rep["gripper"] == "binary"  # --gripper auto: what the checkpoint's config.json names
     t = rep["tasks"]["pick_red_cube"]
     assert t["episodes"] == 2 and 0 <= t["successes"] <= 2 and rep["seed_start"] == 100_000
     eps = [json.loads(x) for x in (out / "episodes.jsonl").read_text().splitlines()]

@@ -75,11 +75,13 @@ an int8 export's success rate before it goes to the robot; --threads sets onnxru
                         "episode; default), zero (deterministic chunks) or mean:N (the mean of N draws' chunks, one "
                         "embedding of the observation shared); bench/results/vla_sft round 19 compares them on the "
                         "shipped base")
-    p.add_argument("--gripper", default="raw", choices=["raw", "binary"],
-                   help="the executed gripper opening: raw (as the VLA puts it out; default) or binary (snapped to "
-                        "0 / 1 at 0.5, as the scripted demonstrations command it; after temporal ensembling). "
-                        "Openings in between hold a grasped cube with a fraction of the fingers' force "
-                        "(bench/results/vla_sft round 22). The arm's ee_delta action only: refused with --env")
+    p.add_argument("--gripper", default="auto", choices=["auto", "raw", "binary"],
+                   help="the executed gripper opening: raw (as the VLA puts it out), binary (snapped to 0 / 1 at "
+                        "0.5, as the scripted demonstrations command it; after temporal ensembling) or auto "
+                        "(default: what the checkpoint's config.json names under execution.gripper, else raw; "
+                        "the shipped base names binary). Openings in between hold a grasped cube with a fraction "
+                        "of the fingers' force (bench/results/vla_sft round 22). The arm's ee_delta action only: "
+                        "binary is refused with --env, auto there is raw")
     p.add_argument("--videos", type=int, default=2, help="episodes per task saved as MP4 (default 2)")
     p.add_argument("--instruction", default=None, help="override every task's instruction (prompt experiments)")
     p.add_argument("--token", type=int, default=None, metavar="K",
@@ -146,11 +148,12 @@ def run(args) -> int:
     if args.episodes <= 0:
         raise ValueError("--episodes must be positive")
     args.noise = getattr(args, "noise", "sample")  # a Namespace built by a caller may predate --noise
-    from vla.envs import noise_option
+    from vla.envs import gripper_option, noise_option, resolve_gripper
 
     noise_option(args.noise)  # a bad --noise fails before anything loads
     args.gripper = getattr(args, "gripper", "raw")  # a Namespace built by a caller may predate --gripper
-    if args.gripper != "raw" and args.env:
+    gripper_option(args.gripper, auto=True)  # a bad --gripper fails before anything loads
+    if args.gripper == "binary" and args.env:
         raise ValueError(f"--gripper {args.gripper} snaps the opening of the arm's ee_delta action (column 6); an "
                          "--env defines its own actions: drop --gripper")
     _check_workers(args)
@@ -165,6 +168,7 @@ def run(args) -> int:
     onnx = is_onnx_file(args.checkpoint)
     ckpt = args.checkpoint if onnx else resolve_checkpoint(args.checkpoint)
     model = load_vla(ckpt).eval()
+    args.gripper = "raw" if args.env else resolve_gripper(args.gripper, ckpt)
     args.token = getattr(args, "token", None)  # a Namespace built by a caller may predate --token
     if args.token is not None:
         k = int(getattr(model, "num_tokens", 0) or 0)
@@ -286,6 +290,10 @@ def _report(args, report: dict, ckpt: str, run_root: str, out: str) -> int:
     plot_success(report["tasks"], os.path.join(out, "success.png"), f"{os.path.basename(run_root)}: "
                  f"{args.episodes} episodes per task")
     print(format_table(report["tasks"]))
+    how = [f"noise {report.get('noise', args.noise)}", f"gripper {report.get('gripper', args.gripper)}"]
+    if report.get("temporal_ensemble") is not None:
+        how.append(f"temporal ensemble m={report['temporal_ensemble']}")
+    print("executed: " + ", ".join(how))
     print(f"report: {os.path.join(out, 'eval.json')}  plot: {os.path.join(out, 'success.png')}  "
           f"videos: {os.path.join(out, 'videos')}")
     return 0

@@ -97,8 +97,10 @@ def run_policy(args) -> int:
         if not instructions:
             raise ValueError(f"{ckpt} records no training instructions: pass --instruction TEXT (repeat)")
     agent = load_dsrl_agent(vla, args.dsrl) if args.dsrl else None
+    from vla.envs import checkpoint_gripper
+
     _print(export_vla(vla, args.out, instructions, agent=agent, quantize=args.int8, samples=args.samples,
-                      seed=args.seed, source=args.checkpoint))
+                      seed=args.seed, source=args.checkpoint, gripper=checkpoint_gripper(ckpt)))
     return 0
 
 

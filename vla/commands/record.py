@@ -101,9 +101,9 @@ z re-record, Esc stop. Recording into an existing dataset appends to it.
                    "--dagger-exec-steps chunks: the states visited are the evaluated policy's own")
     p.add_argument("--dagger-noise", default="sample", metavar="sample|zero|mean:N",
                    help="--dagger: the sampler's starting noise per chunk, as `vla eval --noise` (default sample)")
-    p.add_argument("--dagger-gripper", choices=["raw", "binary"], default="raw",
-                   help="--dagger: the gripper opening the policy drives with, as `vla eval --gripper` (default raw; "
-                        "binary: snapped to 0 / 1 at 0.5)")
+    p.add_argument("--dagger-gripper", choices=["auto", "raw", "binary"], default="auto",
+                   help="--dagger: the gripper opening the policy drives with, as `vla eval --gripper` (default auto: "
+                        "the checkpoint's execution.gripper, else raw; binary: snapped to 0 / 1 at 0.5)")
     p.add_argument("--dagger-handover", choices=["never", "close"], default="never",
                    help="--dagger: close = the expert drives from the policy's first gripper-close command to the "
                    "episode's end (the policy's approach and descent are labelled; the grasp, a retry and the lift "
@@ -208,10 +208,10 @@ def run(args) -> int:
         raise ValueError("--dagger needs --teleop scripted (the expert labels the states the policy reaches) and "
                          "no --dart")
     te = args.dagger_temporal_ensemble
-    args.dagger_gripper = getattr(args, "dagger_gripper", "raw")  # a Namespace built by a caller may predate it
+    args.dagger_gripper = getattr(args, "dagger_gripper", "auto")  # a Namespace built by a caller may predate it
     if not args.dagger and (te is not None or args.dagger_noise != "sample" or args.dagger_beta > 0
                             or args.dagger_handover != "never" or args.dagger_labels != "realign"
-                            or args.dagger_gripper != "raw"):
+                            or args.dagger_gripper not in ("auto", "raw")):
         raise ValueError("--dagger-temporal-ensemble, --dagger-noise, --dagger-gripper, --dagger-beta, "
                          "--dagger-handover and --dagger-labels set how the policy drives and is labelled: they need "
                          "--dagger CHECKPOINT")
@@ -281,7 +281,11 @@ def run(args) -> int:
         from vla.models import load_vla
         from vla.train import resolve_checkpoint
 
-        policy = make_policy(load_vla(resolve_checkpoint(args.dagger)).eval(),
+        from vla.envs import resolve_gripper
+
+        ckpt = resolve_checkpoint(args.dagger)
+        args.dagger_gripper = resolve_gripper(args.dagger_gripper, ckpt)
+        policy = make_policy(load_vla(ckpt).eval(),
                              None if te is not None else args.dagger_exec_steps, te, None, args.dagger_noise,
                              args.dagger_gripper)
         driver = ChunkDriver(policy, beta=args.dagger_beta, seed=args.seed,
