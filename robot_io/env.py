@@ -25,6 +25,7 @@ import gymnasium as gym
 import numpy as np
 from gymnasium import spaces
 
+from robot_io.gripper import gripper_mode, snap_opening
 from robot_io.robot import STATE_DIM, RobotClient
 
 ACTION_DIM = 7
@@ -80,8 +81,11 @@ class RobotEnv(gym.Env):
     def __init__(self, client: RobotClient, instruction: str = "", control_hz: float = 10.0,
                  max_episode_steps: int | None = None,
                  reward_fn: Callable[["RobotEnv", dict, dict], tuple[float, bool]] | None = None,
-                 reset_fn: Callable[["RobotEnv", int | None], None] | None = None) -> None:
+                 reset_fn: Callable[["RobotEnv", int | None], None] | None = None, gripper: str = "raw") -> None:
         self.client = client
+        self.gripper = gripper_mode(gripper, "gripper")
+        """``binary``: each row's gripper opening is snapped shut / open at 0.5 before it is sent
+        (``robot_io.gripper``); ``info["applied"]`` is what the arm applied."""
         self.instruction = instruction
         self.clock = LoopClock(control_hz)
         self.max_episode_steps = max_episode_steps
@@ -130,6 +134,8 @@ class RobotEnv(gym.Env):
             raise ValueError(f"action must be [{ACTION_DIM}] or a chunk [H, {ACTION_DIM}], got shape {list(np.shape(action))}")
         if not np.isfinite(chunk).all():
             raise ValueError("action contains NaN or inf; nothing was sent")
+        if self.gripper == "binary":
+            chunk = snap_opening(chunk)
         applied, clipped, late = [], [], []
         t_sent = 0
         for i, row in enumerate(chunk):

@@ -101,6 +101,12 @@ class RLConfig:
     """A safety layer under every executed chunk (any method, evaluations, an operator's chunk): ``workspace``
     blends each row's end-effector displacement with a move back toward the centre of a box, AutoSafe's blend,
     certified to keep the commanded end effector inside (session.safety; the arm's action layout only)."""
+    gripper: str = dataclasses.field(default="auto", metadata={"choices": ("auto", "raw", "binary")})
+    """The executed gripper opening of every chunk on the arm (robot_io.gripper; the agent's own, the base's in its
+    evaluations, an operator's): ``raw`` as chosen, ``binary`` snapped shut / open at 0.5 by the env as a robot's
+    gripper controller would, ``auto`` what the checkpoint's config.json names under ``execution.gripper`` (the
+    shipped base: binary), else raw. What the agent learns from is its own chunk, before the snap. An --env
+    defines its own actions: auto is raw there, binary refused."""
     workspace_box: tuple[float, ...] = ()
     """--safety workspace: the box, low x y z then high x y z in metres (the robot base frame); default: the
     site's limits box. The blend grows toward the faces: leave the task room inside it."""
@@ -132,6 +138,12 @@ class RLConfig:
         if self.actor_robots and len(self.actor_robots) != self.actors:
             raise ValueError(f"actor_robots names {len(self.actor_robots)} site(s) for {self.actors} actor(s): give one "
                              "site per actor")
+        from robot_io.gripper import gripper_mode
+
+        gripper_mode(self.gripper, "gripper", auto=True)
+        if self.gripper == "binary" and self.env:
+            raise ValueError("gripper binary snaps the opening of the arm's ee_delta action (column 6); an --env "
+                             "defines its own actions: drop --gripper")
         if self.eval_every < 0 or self.warmup_steps < 0:
             raise ValueError("eval_every and warmup_steps must be >= 0")
         if self.reward != "task" and not self.reward.startswith("classifier:"):

@@ -535,10 +535,20 @@ def write_summary(sess: Session, base_rate: float | None, final: dict[str, Any] 
                "updates": sess.cfg.updates, "update_rounds": sess.agent.updates,
                "update_diagnostics": update_diagnostics(sess.cfg.out),
                "safety": None if sess.safety is None else sess.safety.describe(),
+               "gripper": executed_gripper(sess.env),
                **({"agent": a} if (a := sess.agent.summarize(sess.cfg.out)) else {}), **extra}
     # atomically: a kill while it is written leaves the previous summary (or none), never half of one
     atomic_write_bytes(os.path.join(sess.cfg.out, "summary.json"), json.dumps(summary, indent=2).encode())
     return summary
+
+
+def executed_gripper(env) -> str | None:
+    """The arm's executed gripper opening (``robot_io.env.RobotEnv.gripper``: raw | binary); None for an env that
+    is not the arm's (an --env's own ``gripper`` attribute, if any, is not ours to report)."""
+    from robot_io.env import RobotEnv
+
+    inner = getattr(env, "unwrapped", env)
+    return inner.gripper if isinstance(inner, RobotEnv) else None
 
 
 def end_episode(sess: Session, seed: int, r: dict[str, Any], log: RunLog | None = None,

@@ -173,9 +173,10 @@ def noise_shape_of(model) -> tuple[int, ...] | None:
 
 
 def task_env(client, task: str, control_hz: float = 10.0, instruction: str | None = None,
-             privileged: bool = False):
+             privileged: bool = False, gripper: str = "raw"):
     """``privileged``: observations also carry the simulator's object poses (``vla.oracle_env``, a
-    labelled oracle for diagnostics such as DSRL's ``--encoder oracle``)."""
+    labelled oracle for diagnostics such as DSRL's ``--encoder oracle``); ``gripper``: the executed opening
+    (``robot_io.env.RobotEnv``)."""
     from hardware.sim_tasks import get_task
     from rewards.sim_success import success_reward
 
@@ -190,7 +191,7 @@ def task_env(client, task: str, control_hz: float = 10.0, instruction: str | Non
         client.reset(seed=seed, task=t.name)
 
     env = RobotEnv(client, instruction=instruction or t.instruction, control_hz=control_hz,
-                   reward_fn=success_reward(t.name), reset_fn=reset_fn)
+                   reward_fn=success_reward(t.name), reset_fn=reset_fn, gripper=gripper)
     env.task = t
     env.max_ticks = t.max_steps
     return env

@@ -97,3 +97,22 @@ def test_tick_callback_sees_every_intermediate_tick_and_is_off_by_default(cell):
     env.step(chunk)
     assert len(seen) == 3
     env.close()
+
+
+@pytest.mark.parametrize("mode, want", [("raw", [0.49, 0.5, 0.2]), ("binary", [0.0, 1.0, 0.0])])
+def test_a_binary_env_snaps_the_opening_it_sends(cell, mode, want):
+    """RobotEnv(gripper="binary") (`vla rl --gripper`): each row's opening goes out shut or open, as a gripper
+    controller would; the motion columns are sent unchanged."""
+    site, arm, _ = cell
+    env = RobotEnv(RobotClient(site), instruction="go", control_hz=50.0, gripper=mode)
+    env.reset(seed=1)
+    arm.calls.clear()
+    chunk = np.zeros((3, 7), np.float32)
+    chunk[:, 0], chunk[:, 6] = 0.01, [0.49, 0.5, 0.2]
+    env.step(chunk)
+    sent = [c[3] for c in arm.motion_calls() if c[0] == "ee_pose"]
+    assert sent == pytest.approx(want)
+    np.testing.assert_allclose(arm.pos[0], 0.5 + 0.03, atol=1e-6)
+    env.close()
+    with pytest.raises(ValueError, match="gripper 'auto'"):
+        RobotEnv(RobotClient(site), gripper="auto")

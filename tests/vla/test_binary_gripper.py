@@ -150,3 +150,21 @@ def test_vla_eval_refuses_a_bad_gripper_before_loading(capsys):
         main(["eval", "--checkpoint", "nowhere", "--gripper", "half"])
     err = capsys.readouterr().err
     assert e.value.code == 2 and "--gripper" in err and "'half'" in err and "Traceback" not in err
+
+
+def test_an_rl_session_takes_the_checkpoints_opening_and_refuses_binary_on_a_user_env(tmp_path):
+    from session.config import RLConfig
+    from vla.commands.rl import session_gripper
+
+    run = tmp_path / "run"
+    (run / "model").mkdir(parents=True)
+    (run / "model" / "config.json").write_text('{"kind": "compact-flow-vla", "execution": {"gripper": "binary"}}')
+    flat = dict(out=str(tmp_path / "rl"), task="pick_red_cube")
+    assert session_gripper(RLConfig.flat(checkpoint=str(run), **flat)) == "binary"  # a run dir: its model
+    assert session_gripper(RLConfig.flat(checkpoint=str(run), gripper="raw", **flat)) == "raw"
+    assert session_gripper(RLConfig.flat(checkpoint="lerobot/pi0", **flat)) == "raw"  # names none
+    with pytest.raises(ValueError, match="an --env defines its own actions"):
+        RLConfig.flat(checkpoint=str(run), out=str(tmp_path / "rl"), task="", env="tests.vla.eval_toy_env:make_env",
+                      gripper="binary")
+    with pytest.raises(ValueError, match="gripper 'half'"):
+        RLConfig.flat(checkpoint=str(run), gripper="half", **flat)

@@ -58,7 +58,7 @@ def test_session_keeps_the_vla_frozen_and_records_interventions(tiny_vla, tmp_pa
             summary = run_session(cfg, task_env(client, "pick_red_cube"), vla, operator=operator, progress=False)
         finally:
             client.close()
-    assert summary["ticks"] == 48 and summary["episodes"] == 3
+    assert summary["ticks"] == 48 and summary["episodes"] == 3 and summary["gripper"] == "raw"
     # the frozen VLA: bit-identical weights (checked tensor by tensor, besides the session's own hash)
     after = vla.state_dict()
     assert all(torch.equal(before[k], after[k]) for k in before)

@@ -140,8 +140,9 @@ def make_sim_env(cfg, client):
     oracle = wants_privileged(cfg)
     if oracle and cfg.reward != "task":
         raise ValueError("--encoder oracle reads the simulator's object poses: it needs --reward task on a sim task")
+    gripper = session_gripper(cfg)
     if cfg.reward == "task":
-        return task_env(client, cfg.task, instruction=cfg.instruction, privileged=oracle)
+        return task_env(client, cfg.task, instruction=cfg.instruction, privileged=oracle, gripper=gripper)
     from rewards.success_classifier import classifier_reward
     from robot_io.env import RobotEnv
     from vla.operator_reset import OperatorReset, OperatorResetHook
@@ -157,9 +158,24 @@ def make_sim_env(cfg, client):
         reset_fn = OperatorResetHook(OperatorReset(timeout_s=cfg.reset_timeout_s),
                                      log_path=os.path.join(cfg.out, "operator_verdicts.jsonl"))
         instruction, max_ticks = cfg.instruction, cfg.max_episode_ticks
-    env = RobotEnv(client, instruction=instruction, reward_fn=reward_fn, reset_fn=reset_fn)
+    env = RobotEnv(client, instruction=instruction, reward_fn=reward_fn, reset_fn=reset_fn, gripper=gripper)
     env.max_ticks = max_ticks
     return env
+
+
+def session_gripper(cfg) -> str:
+    """``--gripper`` made concrete for the session's arm: ``auto`` is what the checkpoint names (its config.json's
+    ``execution.gripper``), else raw; a LeRobot hub id or a path without a config names none."""
+    from vla.envs import resolve_gripper
+    from vla.train import resolve_checkpoint
+
+    if cfg.gripper != "auto":
+        return cfg.gripper
+    try:
+        ckpt = resolve_checkpoint(cfg.checkpoint)
+    except FileNotFoundError:
+        return "raw"
+    return resolve_gripper("auto", ckpt)
 
 
 def _method_config(args, method: str):
