@@ -28,6 +28,7 @@ def test_the_base_loads_with_its_tasks_and_instructions(base):
 
     assert sorted(meta["instructions"]) == sorted(get_task(t).instruction for t in TASKS)
     assert os.path.getsize(os.path.join(BASE, "model.safetensors")) < 20e6  # the trained weights only
+    assert meta["execution"] == {"gripper": "binary"}  # how it was measured: `--gripper auto` runs it so
     assert base.action_shape == (8, 7)
 
 
@@ -53,8 +54,10 @@ def test_the_base_picks_up_the_red_cube_in_unseen_scenes(tmp_path):
     out = tmp_path / "eval"
     assert main(["eval", "--checkpoint", BASE, "--task", "pick_red_cube", "--episodes", "3", "--videos", "0",
                  "--out", str(out), "--threads", "1"]) == 0
-    t = json.loads((out / "eval.json").read_text())["tasks"]["pick_red_cube"]
+    rep = json.loads((out / "eval.json").read_text())
+    t = rep["tasks"]["pick_red_cube"]
     assert t["successes"] >= 2, t
+    assert rep["gripper"] == "binary"
 
 
 def test_the_subskill_base_loads_and_knows_the_subskill_instructions():

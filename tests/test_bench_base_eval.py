@@ -1,0 +1,70 @@
+"""bench/base_eval.py: acceptance 1's protocol for several checkpoints, paired scene by scene (quick variant), and
+its pieces: the split of the tasks over processes, the exact McNemar test, resuming from finished evaluations."""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.append(str(ROOT / "bench"))
+
+from base_eval import mcnemar, split_tasks  # noqa: E402
+
+
+def test_the_long_tasks_are_spread_first_and_every_task_runs_once():
+    tasks = ["pick_red_cube", "pick_blue_cube", "lift_green_cube", "place_cube_in_bowl", "stack_cubes"]
+    groups = split_tasks(tasks, 2)
+    assert sorted(t for g in groups for t in g) == sorted(tasks) and len(groups) == 2
+    assert not any({"stack_cubes", "place_cube_in_bowl"} <= set(g) for g in groups)
+    assert split_tasks(tasks[:1], 4) == [tasks[:1]] and split_tasks(tasks, 1) == [sorted(tasks, key=lambda t: (
+        -{"stack_cubes": 3, "place_cube_in_bowl": 2}.get(t, 1), tasks.index(t)))]
+
+
+@pytest.mark.parametrize("a, b, want", [
+    ([1, 1, 0, 0], [1, 1, 0, 0], (0, 0, 1.0)),
+    ([0] * 8, [1] * 8, (8, 0, 0.00781)),  # 2 / 2^8
+    ([1, 0, 0, 1, 0], [0, 1, 1, 1, 0], (2, 1, 1.0)),
+])
+def test_mcnemar_counts_discordant_scenes_and_its_exact_p(a, b, want):
+    first = {("t", i): bool(x) for i, x in enumerate(a)}
+    second = {("t", i): bool(x) for i, x in enumerate(b)}
+    second[("t", 99)] = True  # a scene only one model ran is not a pair
+    r = mcnemar(first, second)
+    assert (r["second_only"], r["first_only"]) == want[:2] and r["p_exact_mcnemar"] == pytest.approx(want[2], rel=1e-2)
+    assert r["pairs"] == len(a)
+
+
+def test_quick_run_writes_the_report_and_a_rerun_reads_it_back(tmp_path):
+    pytest.importorskip("lerobot")
+    from tests.conftest import save_tiny_vla
+    from tests.net import free_port_block
+
+    ckpt = save_tiny_vla(str(tmp_path / "ckpt"), extra={"sim_tasks": ["pick_red_cube", "stack_cubes"],
+                                                         "execution": {"gripper": "binary"}})
+    cmd = [sys.executable, str(ROOT / "bench" / "base_eval.py"), "--model", f"tiny={ckpt}", "--quick",
+           "--runs-dir", str(tmp_path / "runs"), "--out", str(tmp_path / "out"), "--port", str(free_port_block(10))]
+    r = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
+    rep = json.loads((tmp_path / "out" / "base_eval_quick.json").read_text())
+    (m,) = rep["models"]
+    assert rep["tasks"] == ["pick_red_cube"] and m["tasks"]["pick_red_cube"]["episodes"] == 2
+    assert m["executed_gripper"] == ["binary"] and m["eval_wall_s"] > 0  # --gripper auto: the checkpoint's
+    assert not m["checkpoint"].startswith("/") and (tmp_path / "out" / "base_eval_quick.png").stat().st_size > 3_000
+    # a second model with the same label's run directory is read back, not re-run; pairing needs two
+    r = subprocess.run(cmd[:4] + ["--model", f"again={ckpt}"] + cmd[4:], cwd=ROOT, capture_output=True, text=True,
+                       timeout=300)
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
+    assert "tiny: pick_red_cube evaluated already" in r.stdout
+    rep = json.loads((tmp_path / "out" / "base_eval_quick.json").read_text())
+    assert rep["models"][0]["eval_wall_s"] is None and len(rep["paired"]) == 1
+    (p,) = rep["paired"].values()
+    assert p["pooled"]["pairs"] == 2
+
+
+def test_a_model_without_a_label_is_refused(tmp_path):
+    r = subprocess.run([sys.executable, str(ROOT / "bench" / "base_eval.py"), "--model", "nolabel"], cwd=ROOT,
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 2 and "LABEL=CHECKPOINT" in r.stderr
