@@ -50,16 +50,15 @@ bench: setup
 clean-venv:
 	rm -rf $(VENV) $(STAMPS)
 
-# The shipped multi-task base (vla/checkpoints/base, bench/results/vla_sft/README.md rounds 14 and 21-22): 60 scripted
+# The shipped multi-task base (vla/checkpoints/base, bench/results/vla_sft/README.md rounds 14 and 21-23): 60 scripted
 # demos per task (seeds 0..59; a dataset left half-recorded by a kill is recorded again), `vla train` with the round-14
 # recipe (base0), then BASE_DAGGER_ROUNDS DAgger rounds (round 21): the newest model drives BASE_DAGGER_EPISODES new
 # scenes per task (round r: seeds 1000 + 40 (r - 1) ..), the scripted expert labels what it reaches (handover at the
 # close, centring labels, the executed opening snapped shut / open), and a fine-tune from base0 on the demos plus every
 # round so far trains only the chunk rows the expert carried out. Round 1 drives the pick tasks, later rounds every
 # task. The last model replaces the committed one. Recordings run BASE_JOBS at a time, each on a bridge of its own
-# (`vla record --serve own`). The default, BASE_DAGGER_ROUNDS=0, is round 14's recipe alone, the committed weights'
-# (about 35 min on 2 cores); `make base BASE_DAGGER_ROUNDS=2` is round 21's DAgger recipe, not yet run at full size
-# through this target (its two rounds took about 80 min by hand).
+# (`vla record --serve own`). The default, 2 rounds, made the committed weights (round 23): 68 min on 2 cores (demos
+# 10.5, base0 19, round 1 7 + 10, round 2 14 + 8); BASE_DAGGER_ROUNDS=0 is round 14's recipe alone (about 30 min).
 BASE_TASKS ?= pick_red_cube pick_blue_cube lift_green_cube place_cube_in_bowl stack_cubes
 # tasks recorded with each frame labelled by the sub-skill the expert is in (none for the shipped base)
 BASE_SEGMENTED ?=
@@ -67,7 +66,7 @@ BASE_DATA ?= data/base
 BASE_EPISODES ?= 60
 BASE_OUT ?= vla/checkpoints/base
 BASE_TRAIN_FLAGS ?= --steps 6000 --batch-size 128 --balance tasks --head-hidden 512 --head-depth 4
-BASE_DAGGER_ROUNDS ?= 0
+BASE_DAGGER_ROUNDS ?= 2
 BASE_DAGGER_EPISODES ?= 40
 BASE_DAGGER_TASKS_1 ?= pick_red_cube pick_blue_cube lift_green_cube
 BASE_DAGGER_TASKS ?= $(BASE_TASKS)
