@@ -28,7 +28,6 @@ import re
 import subprocess
 import sys
 import time
-from math import comb
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -54,14 +53,13 @@ def split_tasks(tasks: list[str], jobs: int) -> list[list[str]]:
 
 
 def mcnemar(first: dict, second: dict) -> dict:
-    """Exact two-sided McNemar test on the scenes both ran: ``second_only`` scenes the second model solved and
-    the first did not, ``first_only`` the reverse."""
-    keys = sorted(set(first) & set(second))
-    b = sum(1 for k in keys if second[k] and not first[k])
-    a = sum(1 for k in keys if first[k] and not second[k])
-    n, k = a + b, min(a, b)
-    p = min(1.0, 2 * sum(comb(n, i) for i in range(k + 1)) / 2 ** n) if n else 1.0
-    return {"second_only": b, "first_only": a, "p_exact_mcnemar": float(f"{p:.3g}"), "pairs": len(keys)}
+    """Exact two-sided McNemar test on the scenes both ran (``export_success.paired``): ``second_only`` scenes the
+    second model solved and the first did not, ``first_only`` the reverse."""
+    from export_success import paired
+
+    r = paired(first, second)
+    return {"second_only": r["only_second"], "first_only": r["only_first"],
+            "p_exact_mcnemar": float(f"{r['mcnemar_p']:.3g}"), "pairs": r["episodes"]}
 
 
 def _slug(label: str) -> str:
@@ -179,12 +177,9 @@ def plot(models: list[dict], path: pathlib.Path, title: str) -> None:
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
-    try:  # a palette PNG: the same plot at a third of the bytes
-        from PIL import Image
+    from PIL import Image  # matplotlib's own dependency
 
-        Image.open(path).convert("RGB").quantize(64).save(path, optimize=True)
-    except ImportError:
-        pass
+    Image.open(path).convert("RGB").quantize(64).save(path, optimize=True)  # a palette PNG: a third of the bytes
 
 
 def main(argv: list[str] | None = None) -> int:
