@@ -69,10 +69,7 @@ def _slug(label: str) -> str:
 def _portable(path: str) -> str:
     """A path inside the repository relative to it; elsewhere its last two parts (no machine paths in results)."""
     p = pathlib.Path(path).resolve()
-    try:
-        return str(p.relative_to(ROOT))
-    except ValueError:
-        return os.path.join(*p.parts[-2:])
+    return str(p.relative_to(ROOT)) if p.is_relative_to(ROOT) else os.path.join(*p.parts[-2:])
 
 
 def _finished(out: pathlib.Path, want: dict) -> list[str]:
