@@ -228,12 +228,12 @@ class ScriptedExpert(Teleop):
     follow_state: bool | str = False
     """DAgger labelling (``vla record --dagger``): a policy drives, so every tick the pick and place phases are
     read off the state instead of the phase machine's memory (see :meth:`_sync_pick`, :meth:`_sync_place`).
-    The pick, lift and place skills support it (:attr:`FOLLOW_STATE_SKILLS`; push does not). ``True``: the open gripper
+    Every skill supports it (:attr:`FOLLOW_STATE_SKILLS`: pick, lift, place, push). ``True``: the open gripper
     descends only within 1.2 cm of the cube's axis, else it flies back up to the hover height and
     re-aligns there (bench/results/vla_sft round 7). ``"correct"``: within the 2 cm its own descent
     tolerates it keeps descending towards the axis, and closes only once within 0.8 cm at grasp
     height (round 20)."""
-    FOLLOW_STATE_SKILLS = ("pick", "lift", "place")
+    FOLLOW_STATE_SKILLS = ("pick", "lift", "place", "push")
 
     def __init__(self, name: str = "scripted", quality: float = 1.0, noise_std: float | None = None, seed: int = 0,
                  max_step_m: float = 0.05, max_rot: float = 0.2, **knobs) -> None:
@@ -669,6 +669,8 @@ class ScriptedExpert(Teleop):
         behind = c[:2] - d * (contact + 0.03)
         rel = ee[:2] - c[:2]
         along, across = float(rel @ d), float(rel @ np.array([-d[1], d[0]]))
+        if self.follow_state:
+            self._sync_push(dist, along, across, contact, push_z, behind, angle, ee, eq)
         if self.phase == "pre":  # over the start point, fingers closed, turned across the push line
             if ee[2] < 0.06 and np.linalg.norm(ee[:2] - behind) > 0.02:
                 return np.array([ee[0], ee[1], 0.10]), finger_angle(eq), 0.0
@@ -692,6 +694,25 @@ class ScriptedExpert(Teleop):
         if ee[2] > 0.09:
             self._next_skill(objs)
         return np.array([ee[0] - 0.01 * d[0], ee[1] - 0.01 * d[1], 0.10]), finger_angle(eq), 0.0
+
+    def _sync_push(self, dist, along, across, contact, push_z, behind, angle, ee, eq) -> None:
+        """``follow_state`` for a push (as :meth:`_sync_pick` for a pick): the phase read off the state. On the
+        marker (within the 6 mm :meth:`_push` stops at): ``retreat``. Down at pushing height on the push line
+        behind the cube (within the 1.2 cm across and the along window :meth:`_push` keeps pushing in):
+        ``push``. Over the start point and turned across the line, or already coming down there: ``down``.
+        Else ``pre``, which lifts a low hand before it flies over to the start point."""
+        low = ee[2] < push_z + 0.02
+        if dist < 0.006:
+            want = "retreat"
+        elif low and abs(across) <= 0.012 and -(contact + 0.045) < along <= -contact + 0.015:
+            want = "push"
+        elif (np.linalg.norm(ee[:2] - behind) < (0.02 if self.phase == "down" else 0.008)
+              and abs(_wrap(angle - finger_angle(eq), math.pi)) < (0.2 if self.phase == "down" else 0.08)):
+            want = "down"
+        else:
+            want = "pre"
+        if want != self.phase:
+            self._enter(want)
 
 
 def _flatten(step) -> list:

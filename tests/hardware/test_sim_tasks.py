@@ -420,6 +420,59 @@ def test_follow_state_expert_still_solves_place_tasks(sim, name, mode):
         assert run_episode(sim, name, ex, seed)["success"], (name, seed)
 
 
+@pytest.mark.parametrize("mode", [True, "correct"])
+def test_follow_state_expert_still_solves_the_push(sim, mode):
+    """The push phase read off the state: driving itself, the DAgger labeller still pushes the cube onto the marker."""
+    for seed in (0, 1):
+        ex = ScriptedExpert(quality=1.0, seed=seed)
+        ex.follow_state = mode
+        assert run_episode(sim, "push_block_to_marker", ex, seed)["success"], seed
+
+
+def _push_label(ee_xy_along_across, ee_z, follow, turned=True):
+    """The expert's label on push_block_to_marker at its first tick, for a hand-made state: the blue cube 15 cm from
+    the marker along +x, the closed hand at (along, across) from the cube's centre in the push frame, ``ee_z``
+    high, its fingers turned across the push line (or along it). -> (action, expert)."""
+    from hardware.teleop.scripted import down_quat
+
+    objs = scene(blue_cube=pose(0.40, 0.0, CUBE_HALF), target=pose(0.55, 0.0, 0.001))
+    names = list(objs)
+    along, across = ee_xy_along_across
+    ex = ScriptedExpert(quality=1.0, noise_std=0.0, rot_noise_std=0.0, seed=0)
+    ex.follow_state = follow
+    ex.begin_episode("push_block_to_marker", seed=0)
+    privileged = {"objects": np.stack([objs[n] for n in names]), "object_names": names,
+                  "ee_pos": np.array([0.40 + along, across, ee_z]),
+                  "ee_quat": down_quat(math.pi / 2 if turned else 0.0), "gripper": [0.0]}
+    return ex.read(None, privileged).action, ex
+
+
+def test_follow_state_labels_a_policy_driven_push_from_the_state():
+    """A policy brought the closed hand down behind the cube on the push line: the phase machine's memory is at the
+    start ("pre": fly over the start point at 10 cm), so its label goes up; read off the state it pushes on, along
+    +x at pushing height. Beside the line, low: up first. Over the start point, high and turned: down."""
+    contact = CUBE_HALF + 0.012
+    pushing, ex = _push_label((-contact - 0.02, 0.0), 0.02, True)
+    assert ex.phase == "push" and pushing[0] > 0.005 and abs(pushing[2]) < 0.01 and pushing[6] == 0.0
+    memory, ex = _push_label((-contact - 0.02, 0.0), 0.02, False)
+    assert ex.phase == "pre" and memory[2] > 0.02
+    beside, ex = _push_label((-contact - 0.02, 0.03), 0.02, True)
+    assert ex.phase == "pre" and beside[2] > 0.02
+    above, ex = _push_label((-contact - 0.03, 0.0), 0.10, True)
+    assert ex.phase == "down" and above[2] < -0.01
+    unturned, ex = _push_label((-contact - 0.03, 0.0), 0.10, True, turned=False)
+    assert ex.phase == "pre" and abs(unturned[2]) < 0.01 and abs(unturned[5]) > 0.05  # turns first, stays up
+    on_marker = scene(blue_cube=pose(0.546, 0.0, CUBE_HALF), target=pose(0.55, 0.0, 0.001))  # 4 mm short
+    names = list(on_marker)
+    ex = ScriptedExpert(quality=1.0, noise_std=0.0, rot_noise_std=0.0, seed=0)
+    ex.follow_state = True
+    ex.begin_episode("push_block_to_marker", seed=0)
+    act = ex.read(None, {"objects": np.stack([on_marker[n] for n in names]), "object_names": names,
+                         "ee_pos": np.array([0.546 - contact, 0.0, 0.02]), "ee_quat": HOME_DOWN_QUAT,
+                         "gripper": [0.0]}).action
+    assert ex.phase == "retreat" and act[2] > 0.02 and act[0] < 0  # pushed home: back off and up
+
+
 def _stack_label(ee_dz, grip, follow, green_xy_off=(0.0, 0.0), phase_steps=0):
     """The expert's label on stack_cubes at its first tick, for a hand-made state where a policy brought the green
     cube (held when ``grip`` is between the closed-on-a-cube readings) ``ee_dz`` above its release height over

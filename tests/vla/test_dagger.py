@@ -174,12 +174,17 @@ def test_with_handover_at_close_the_policy_drives_only_a_tasks_opening_pick():
         opens_with_pick = task.skills[0][0] == "pick"
         assert dagger_unsupported_skills(task.skills, ok, "close") == ([] if opens_with_pick else sorted(kinds - ok)), name
     assert dagger_unsupported_skills(TASKS["stack_cubes"].skills, ok, "never") == []  # place is read off the state
-    assert dagger_unsupported_skills(TASKS["push_block_to_marker"].skills, ok, "never") == ["push"]
+    assert dagger_unsupported_skills(TASKS["push_block_to_marker"].skills, ok, "never") == []  # so is a push
+    assert dagger_unsupported_skills(TASKS["push_block_to_marker"].skills, ("pick", "lift", "place"), "never") == ["push"]
+    assert dagger_unsupported_skills(TASKS["push_block_to_marker"].skills, ("pick", "lift", "place"), "close") == ["push"]
     assert dagger_unsupported_skills(TASKS["stack_cubes"].skills, ok, "close") == []
 
 
-def test_vla_record_refuses_a_dagger_task_with_skills_the_expert_cannot_label(tmp_path, capsys):
+def test_vla_record_refuses_a_dagger_task_with_skills_the_expert_cannot_label(tmp_path, capsys, monkeypatch):
+    from hardware.teleop.scripted import ScriptedExpert
     from vla.cli import main
+
+    monkeypatch.setattr(ScriptedExpert, "FOLLOW_STATE_SKILLS", ("pick", "lift", "place"))  # an expert without the push
 
     rc = main(["record", "--task", "push_block_to_marker", "--teleop", "scripted", "--root", str(tmp_path / "d"),
                "--dagger", "ckpt"])

@@ -90,8 +90,8 @@ z re-record, Esc stop. Recording into an existing dataset appends to it.
                    "for behaviour cloning; default 0 = off)")
     p.add_argument("--dagger", default=None, metavar="CHECKPOINT",
                    help="DAgger with --teleop scripted: the VLA checkpoint drives the robot and the expert labels "
-                   "every state it reaches (the frame's action is the expert's; it reads the pick, lift and place "
-                   "phases off the state, so every sim task but a push); every episode is kept, failed or not. Train "
+                   "every state it reaches (the frame's action is the expert's; it reads the pick, lift, place and "
+                   "push phases off the state: every sim task); every episode is kept, failed or not. Train "
                    "on the demos plus these datasets")
     p.add_argument("--dagger-exec-steps", type=int, default=4, metavar="N",
                    help="--dagger: rows of each chunk the policy executes before it re-plans (default 4)")
