@@ -2,6 +2,8 @@
 labels every state the policy reaches; DAgger's beta hands whole chunks back to the expert; a
 fine-tuning run starts from the policy's weights (`vla train --init`)."""
 
+import json
+
 import numpy as np
 import pytest
 
@@ -191,3 +193,32 @@ def test_vla_record_refuses_a_dagger_task_with_skills_the_expert_cannot_label(tm
     err = capsys.readouterr().err
     assert rc != 0 and "also has ['push']" in err
     assert not (tmp_path / "d").exists()
+
+
+def test_handover_at_close_applies_only_to_a_task_that_opens_with_a_pick():
+    from hardware.sim_tasks import TASKS
+    from vla.commands.record import dagger_hands_over
+
+    for name, task in TASKS.items():
+        assert dagger_hands_over(task.skills, "close") == (task.skills[0][0] == "pick"), name
+        assert not dagger_hands_over(task.skills, "never"), name
+    assert not dagger_hands_over(TASKS["push_block_to_marker"].skills, "close")
+
+
+def test_vla_record_dagger_push_with_handover_close_is_driven_by_the_policy(tmp_path, capsys):
+    """Round 24: a push's fingers are shut from the first tick, so a handover at the policy's first close gave the
+    whole episode to the expert (pure expert demos, logged as DAgger). With --dagger-handover close the policy now
+    drives a push every tick, and the log says no handover applied."""
+    pytest.importorskip("lerobot")
+    from tests.conftest import save_tiny_vla
+    from vla.cli import main
+
+    ckpt = save_tiny_vla(str(tmp_path / "ckpt"))
+    root = tmp_path / "d"
+    rc = main(["record", "--robot", "sim-franka-fast", "--task", "push_block_to_marker", "--teleop", "scripted",
+               "--dagger", ckpt, "--dagger-handover", "close", "--dagger-exec-steps", "2", "--episodes", "1",
+               "--max-steps", "6", "--serve", "own", "--root", str(root)])
+    assert rc == 0, capsys.readouterr().err
+    assert "does not open with a pick" in capsys.readouterr().out
+    log = [json.loads(line) for line in open(root / "meta" / "vla_episodes.jsonl")]
+    assert len(log) == 1 and log[0]["dagger"]["handover"] == "never" and log[0]["dagger"]["handed_over_at"] is None

@@ -105,9 +105,11 @@ z re-record, Esc stop. Recording into an existing dataset appends to it.
                    help="--dagger: the gripper opening the policy drives with, as `vla eval --gripper` (default auto: "
                         "the checkpoint's execution.gripper, else raw; binary: snapped to 0 / 1 at 0.5)")
     p.add_argument("--dagger-handover", choices=["never", "close"], default="never",
-                   help="--dagger: close = the expert drives from the policy's first gripper-close command to the "
-                   "episode's end (the policy's approach and descent are labelled; the grasp, a retry and the lift "
-                   "are the expert's own from there). Default never: the policy drives every tick")
+                   help="--dagger: close = on a task that opens with a pick, the expert drives from the policy's first "
+                   "gripper-close command to the episode's end (the policy's approach and descent are labelled; the "
+                   "grasp, a retry and the lift are the expert's own from there); a task that opens otherwise (a "
+                   "push: shut fingers from the first tick) is driven by the policy throughout. Default never: the "
+                   "policy drives every tick")
     p.add_argument("--dagger-labels", choices=["realign", "correct"], default="realign",
                    help="--dagger: how the expert labels a descent off the cube's axis: realign = back up to the "
                    "hover height unless within 1.2 cm (default, round 7); correct = keep descending towards the "
@@ -166,12 +168,19 @@ class _StopRequested:
             signal.signal(sig, h)
 
 
+def dagger_hands_over(skills, handover: str) -> bool:
+    """Whether ``--dagger-handover`` hands a task's episodes to the expert at the policy's first close command:
+    "close" on a task that opens with a pick. A task that opens otherwise (a push, whose fingers stay shut from
+    the first tick) would hand over at once, so there the policy drives every tick."""
+    return handover == "close" and bool(skills) and skills[0][0] == "pick"
+
+
 def dagger_unsupported_skills(skills, supported, handover: str) -> list[str]:
     """The skills of a task the policy may drive in a DAgger episode that the expert cannot label from the
     state (``ScriptedExpert.FOLLOW_STATE_SKILLS``). With ``--dagger-handover close`` the expert takes over at the
     policy's first close command, so when the task opens with a pick the policy drives that pick's approach only
     (a pick ends in a grasp, which needs a close) and the expert carries out every later skill itself."""
-    drives = skills[:1] if handover == "close" and skills and skills[0][0] == "pick" else skills
+    drives = skills[:1] if dagger_hands_over(skills, handover) else skills
     return sorted({step[0] for step in drives} - set(supported))
 
 
@@ -267,7 +276,7 @@ def run(args) -> int:
     else:
         teleop = teleop_cls()
         expert_row = dict.fromkeys(("expert_quality", "mistake_rate", "expert_seed", "mistake_kinds"))
-    driver = None
+    driver, hands_over = None, False
     if args.dagger:
         unsupported = dagger_unsupported_skills(task.skills, teleop.FOLLOW_STATE_SKILLS, args.dagger_handover)
         if unsupported:
@@ -288,8 +297,11 @@ def run(args) -> int:
         policy = make_policy(load_vla(ckpt).eval(),
                              None if te is not None else args.dagger_exec_steps, te, None, args.dagger_noise,
                              args.dagger_gripper)
-        driver = ChunkDriver(policy, beta=args.dagger_beta, seed=args.seed,
-                             handover_at_close=args.dagger_handover == "close")
+        hands_over = dagger_hands_over(task.skills, args.dagger_handover)
+        if args.dagger_handover == "close" and not hands_over:
+            print(f"--dagger-handover close: {task.name} does not open with a pick, so the policy drives every tick",
+                  flush=True)
+        driver = ChunkDriver(policy, beta=args.dagger_beta, seed=args.seed, handover_at_close=hands_over)
         teleop.follow_state = True if args.dagger_labels == "realign" else args.dagger_labels
     keep_failures = args.keep_failures or driver is not None
 
@@ -366,7 +378,8 @@ def run(args) -> int:
                                 "exec_steps": None if te is not None else args.dagger_exec_steps,
                                 "temporal_ensemble": te, "noise": args.dagger_noise,
                                 "gripper": args.dagger_gripper, "beta": args.dagger_beta,
-                                "handover": args.dagger_handover, "handed_over_at": driver.handed_over_at,
+                                "handover": "close" if hands_over else "never",  # as applied to this task
+                                "handed_over_at": driver.handed_over_at,
                                 "labels": args.dagger_labels}
                                if args.dagger else None),
                     "roi": rois or None, "achieved_hz": rate, "recorded_at": time.time()})
