@@ -17,7 +17,9 @@ records
 * the first release: at the first open command after a cube was grasped, the cube grasped last (``release_cube``)
   and its centre's offset from every other object's (``release_offset_m``, world x / y / z: where a place or a
   stack let go), and its offset from the same objects at the end (``end_offset_m``); before that, the tick at
-  which a grasped cube first left the closed fingers (``slipped_at``: dropped in the air or knocked out, not let go).
+  which a grasped cube first left the closed fingers (``slipped_at``: dropped in the air or knocked out, not let go);
+* every object's x / y at the start and the end (``xy_start``, ``xy_end``); for a push task the summary says where
+  the pushes moved the named cube: towards the marker, sideways, away from it, or not at all (``push_moved_the_cube``).
 
 Each episode gets one outcome:
 
@@ -27,7 +29,8 @@ Each episode gets one outcome:
 * ``right object, grasp missed``: it closed nearest the named cube but never grasped any cube;
 * ``right object, skill not completed``: it grasped the named cube (a push: moved it) but the task's predicate never
   held (``achieved`` tells whether it did another task instead: the wrong skill);
-* ``nothing``: it never closed on or moved any cube.
+* ``nothing``: it never closed on or moved any cube (a push: never moved one; its fingers are shut from the first
+  tick, so the cube nearest them then is not a choice).
 
 Writes ``bench/results/<name>.json`` (confusion matrices instruction x cube, outcome counts per task,
 every episode) and ``.png`` (the grasp confusion matrix and the outcomes per task).
@@ -86,6 +89,8 @@ def classify(ep: dict, target: str, grasps: bool = True) -> str:
         return "wrong object"
     if ep["first_grasped"] == target or (not grasps and ep["first_moved"] == target):
         return "right object, skill not completed"
+    if not grasps:  # a push's fingers are shut from its first tick: where they "closed" says nothing
+        return "nothing"
     if ep["close_nearest"] == target or acted == target:
         return "right object, grasp missed"
     if ep["close_nearest"] is not None:
@@ -146,7 +151,36 @@ def rollout(env, client, policy, seed: int, names: list[str]) -> dict:
             "held_at_end": next((c for c in CUBES if grasped(objs[c], np.asarray(obs["state"][:3], float),
                                                             float(obs["state"][7]))), None),
             "release_cube": release_cube, "release_offset_m": release_offset, "slipped_at": slipped_at,
-            "end_offset_m": None if release_cube is None else _offsets(objs, release_cube)}
+            "end_offset_m": None if release_cube is None else _offsets(objs, release_cube),
+            "xy_start": {o: [round(float(v), 4) for v in objs0[o][:2]] for o in objs0},
+            "xy_end": {o: [round(float(v), 4) for v in objs[o][:2]] for o in objs}}
+
+
+def push_progress(ep: dict, cube: str, goal: str = "target") -> dict | None:
+    """Where a push moved ``cube``: its displacement (m), the cosine between that and the direction from its start to
+    the ``goal`` marker, and its distance to the marker at the start and the end. None without the poses (a file
+    written before they were recorded)."""
+    if "xy_start" not in ep or goal not in ep["xy_start"]:
+        return None
+    c0, c1, g = (np.asarray(x, float) for x in (ep["xy_start"][cube], ep["xy_end"][cube], ep["xy_start"][goal]))
+    moved, want = c1 - c0, g - c0
+    m = float(np.linalg.norm(moved))
+    return {"moved_m": round(m, 4), "cos_to_goal": round(float(moved @ want / max(m * np.linalg.norm(want), 1e-9)), 3),
+            "dist_start_m": round(float(np.linalg.norm(want)), 4), "dist_end_m": round(float(np.linalg.norm(g - c1)), 4)}
+
+
+def push_direction(progress: dict | None) -> str | None:
+    """A push's cube movement in words: ``not moved`` (under MOVED_M), ``towards the marker`` (within 60 degrees of
+    its direction), ``away from it`` (more than 120 degrees off), else ``sideways``."""
+    if progress is None:
+        return None
+    if progress["moved_m"] < MOVED_M:
+        return "not moved"
+    c = progress["cos_to_goal"]
+    return "towards the marker" if c > 0.5 else "away from it" if c < -0.5 else "sideways"
+
+
+PUSH_DIRECTIONS = ("towards the marker", "sideways", "away from it", "not moved")
 
 
 def _offsets(objs: dict, cube: str) -> dict[str, list[float]]:
@@ -188,6 +222,7 @@ def work(job: dict) -> list[dict]:
 
 
 def summarize(episodes: list[dict], tasks: list[str]) -> dict:
+    from hardware.sim_tasks import get_task
     from vla.evaluate import wilson_interval
 
     res = {}
@@ -204,6 +239,11 @@ def summarize(episodes: list[dict], tasks: list[str]) -> dict:
                     if t != task:
                         others[t] = others.get(t, 0) + 1
         snc = [e for e in eps if e["outcome"] == "right object, skill not completed"]
+        pushes = None
+        if get_task(task).skills[0][0] == "push":
+            dirs = [push_direction(push_progress(e, named)) for e in eps]
+            if all(d is not None for d in dirs):  # where each push moved the named cube, relative to the marker
+                pushes = {d: dirs.count(d) for d in PUSH_DIRECTIONS}
         res[task] = {
             "instruction": eps[0]["instruction"], "wordings": sorted({e["instruction"] for e in eps}),
             "named_cube": named, "episodes": len(eps),
@@ -217,7 +257,8 @@ def summarize(episodes: list[dict], tasks: list[str]) -> dict:
                 "episodes": len(snc),
                 "lift_m": sorted(round(e["max_lift_m"][named], 3) for e in snc if "max_lift_m" in e),
                 "named_in_bowl_at_end": sum(named in e.get("in_bowl_at_end", []) for e in snc),
-                "named_held_at_end": sum(e.get("held_at_end") == named for e in snc)}}
+                "named_held_at_end": sum(e.get("held_at_end") == named for e in snc)},
+            "push_moved_the_cube": pushes}
     pooled = [sum(r["named_of_grasped"][i] for r in res.values()) for i in (0, 1)]
     return {"tasks": res, "named_of_grasped_pooled": pooled,
             "named_share_of_grasps": pooled[0] / pooled[1] if pooled[1] else None}
@@ -400,6 +441,9 @@ def main(argv=None) -> int:
         print(f"{t:<22} success {r['successes']:>2}/{r['episodes']}  grasped first: "
               + ", ".join(f"{(c or 'none').split('_')[0]} {n}" for c, n in r["grasped_first"].items())
               + "  | " + ", ".join(f"{o} {n}" for o, n in r["outcomes"].items() if n))
+        if r["push_moved_the_cube"]:
+            print(f"{'':<22} the push moved the cube: "
+                  + ", ".join(f"{d} {n}" for d, n in r["push_moved_the_cube"].items()))
     if summary["named_share_of_grasps"] is not None:
         k, n = summary["named_of_grasped_pooled"]
         print(f"the grasped cube was the named one in {k}/{n} grasps ({100 * k / n:.0f}%)")

@@ -56,6 +56,7 @@ def test_confusion_bench_writes_matrices_outcomes_and_the_plot(tmp_path):
     out = json.loads((tmp_path / "res" / "vla_confusion.json").read_text())
     (ep,) = out["episodes"]
     assert ep["seed"] == 100_000 and 1 <= ep["ticks"] <= 100 and ep["named"] == "red_cube"
+    assert set(ep["xy_start"]) == set(ep["xy_end"]) >= {"red_cube", "green_cube", "blue_cube", "target"}
     assert ep["instruction"] == "grab the red block"  # the first paraphrase, a wording the model never saw
     t = out["tasks"]["pick_red_cube"]
     assert t["episodes"] == 1 and sum(t["outcomes"].values()) == 1 and sum(t["grasped_first"].values()) == 1
@@ -83,6 +84,9 @@ def test_a_push_that_moved_the_named_cube_began_the_right_skill():
     assert classify(pushed, "blue_cube", grasps=False) == "right object, skill not completed"
     assert classify(pushed, "blue_cube") == "right object, grasp missed"  # a pick that only nudged it
     assert classify(_ep(moved="red_cube"), "blue_cube", grasps=False) == "wrong object"
+    # nothing moved: a push's shut fingers "closed" at its first tick wherever they were, which names no cube
+    assert classify(_ep(near="blue_cube"), "blue_cube", grasps=False) == "nothing"
+    assert classify(_ep(near="green_cube"), "blue_cube", grasps=False) == "nothing"
 
 
 def test_from_json_classifies_an_earlier_result_again(tmp_path):
@@ -98,7 +102,43 @@ def test_from_json_classifies_an_earlier_result_again(tmp_path):
     new = json.loads(path.read_text())
     assert new["episodes"][0]["outcome"] == "right object, skill not completed"
     assert new["tasks"]["push_block_to_marker"]["outcomes"]["right object, skill not completed"] == 1
+    assert new["tasks"]["push_block_to_marker"]["push_moved_the_cube"] is None  # a file without the poses
     assert (tmp_path / "r.png").stat().st_size > 5_000
+
+
+def test_where_a_push_moved_the_cube_relative_to_the_marker():
+    """Over generated pushes: the cube moved by ``m`` at angle ``a`` from the marker's direction -> towards
+    (|a| < 60 degrees), away (|a| > 120), sideways between, not moved under 2 cm; the summary counts them per task."""
+    from vla_confusion import PUSH_DIRECTIONS, push_direction, push_progress, summarize
+
+    rng = np.random.default_rng(0)
+    eps, want = [], []
+    for seed in range(200):
+        c0, heading = rng.uniform(0.3, 0.6, 2), rng.uniform(-np.pi, np.pi)
+        g = c0 + rng.uniform(0.1, 0.2) * np.array([np.cos(heading), np.sin(heading)])
+        a, m = rng.uniform(-np.pi, np.pi), rng.choice([0.005, 0.015, 0.05, 0.1])
+        c1 = c0 + m * np.array([np.cos(heading + a), np.sin(heading + a)])
+        ep = dict(_ep(moved="blue_cube"), task="push_block_to_marker", named="blue_cube", seed=seed, achieved={},
+                  instruction="push", outcome="right object, skill not completed",
+                  xy_start={"blue_cube": c0.tolist(), "target": g.tolist()},
+                  xy_end={"blue_cube": c1.tolist(), "target": g.tolist()})
+        p = push_progress(ep, "blue_cube")
+        assert p["moved_m"] == pytest.approx(m, abs=1e-3)
+        assert p["cos_to_goal"] == pytest.approx(np.cos(a), abs=2e-3)
+        assert p["dist_start_m"] == pytest.approx(np.linalg.norm(g - c0), abs=1e-3)
+        deg = abs(np.degrees(a))
+        if m < 0.02:
+            expect = "not moved"
+        elif min(abs(deg - 60), abs(deg - 120)) < 0.5:
+            continue  # on a boundary: rounding decides
+        else:
+            expect = "towards the marker" if deg < 60 else "away from it" if deg > 120 else "sideways"
+        assert push_direction(p) == expect, (deg, m)
+        eps.append(ep)
+        want.append(expect)
+    counts = summarize(eps, ["push_block_to_marker"])["tasks"]["push_block_to_marker"]["push_moved_the_cube"]
+    assert counts == {d: want.count(d) for d in PUSH_DIRECTIONS} and sum(counts.values()) == len(eps)
+    assert push_progress({"seed": 1}, "blue_cube") is None and push_direction(None) is None
 
 
 def test_a_site_without_a_camera_the_checkpoint_reads_is_refused_by_name(tmp_path, capsys):
