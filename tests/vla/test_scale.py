@@ -110,31 +110,40 @@ def test_rl_an_actor_killed_mid_episode_is_dropped_and_the_session_goes_on(tiny_
     from vla.commands.rl import make_env
     from vla.models import load_vla
 
-    seed = random.randrange(1 << 30)
-    rnd = random.Random(seed)
-    victim, delay = rnd.randrange(2), rnd.uniform(0.0, 2.0)
-    print(f"kill actor {victim} {delay:.2f} s after both act (random seed {seed})")
-    out = tmp_path / "run"
-    cfg = RLConfig.flat(checkpoint=tiny_vla, out=str(out), task="pick_red_cube", total_ticks=192, actors=2,
-                        max_episode_ticks=16, warmup_steps=2, utd=1, batch_size=8, num_critics=2, hidden=(32,),
-                        eval_every=0, eval_episodes=1, videos=0)
-    killed: dict = {}
+    def session(attempt: int):
+        seed = random.randrange(1 << 30)
+        rnd = random.Random(seed)
+        victim, delay = rnd.randrange(2), rnd.uniform(0.0, 2.0)
+        print(f"attempt {attempt}: kill actor {victim} {delay:.2f} s after both act (random seed {seed})")
+        out = tmp_path / f"run{attempt}"
+        cfg = RLConfig.flat(checkpoint=tiny_vla, out=str(out), task="pick_red_cube", total_ticks=192, actors=2,
+                            max_episode_ticks=16, warmup_steps=2, utd=1, batch_size=8, num_critics=2, hidden=(32,),
+                            eval_every=0, eval_episodes=1, videos=0)
+        killed: dict = {}
 
-    def kill_at_random(handles, learner):
-        def later():
-            deadline = time.monotonic() + 120
-            while min(lane.received for lane in learner.lanes) < 1:  # both actors are acting
-                if time.monotonic() > deadline or learner.finished:
-                    return
-                time.sleep(0.01)
-            time.sleep(delay)
-            killed["lane"] = {k: getattr(learner.lanes[victim], k) for k in ("received", "recv_episode")}
-            ray.kill(handles[victim])
-            killed["at"] = time.monotonic()
+        def kill_at_random(handles, learner):
+            def later():
+                deadline = time.monotonic() + 120
+                while min(lane.received for lane in learner.lanes) < 1:  # both actors are acting
+                    if time.monotonic() > deadline or learner.finished:
+                        return
+                    time.sleep(0.01)
+                time.sleep(delay)
+                killed["lane"] = {k: getattr(learner.lanes[victim], k) for k in ("received", "recv_episode")}
+                ray.kill(handles[victim])
+                killed["at"] = time.monotonic()
 
-        threading.Thread(target=later, daemon=True).start()
+            threading.Thread(target=later, daemon=True).start()
 
-    summary = run_pool(cfg, load_vla(tiny_vla), make_env, progress=False, on_start=kill_at_random)
+        summary = run_pool(cfg, load_vla(tiny_vla), make_env, progress=False, on_start=kill_at_random)
+        return summary, killed, victim, out
+
+    summary, killed, victim, out = session(0)
+    if "at" not in killed and any(lane["lost"] for lane in summary["actors"]):
+        # an actor dropped out by itself before both acted (on a loaded 2-core box a bridge stalled past the
+        # arm's 2-s command deadline once): the session went on as it must, but the kill was never tried. Once more.
+        print(f"an actor was lost before the kill: {[lane['lost'] for lane in summary['actors']]}")
+        summary, killed, victim, out = session(1)
     assert "at" in killed, "the session ended before the kill"
     survivor = 1 - victim
     lanes = summary["actors"]
