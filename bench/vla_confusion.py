@@ -156,6 +156,13 @@ def rollout(env, client, policy, seed: int, names: list[str]) -> dict:
             "xy_end": {o: [round(float(v), 4) for v in objs[o][:2]] for o in objs}}
 
 
+def is_push(task: str) -> bool:
+    """The task opens with a push: its fingers are shut throughout and it moves its cube without a grasp."""
+    from hardware.sim_tasks import get_task
+
+    return get_task(task).skills[0][0] == "push"
+
+
 def push_progress(ep: dict, cube: str, goal: str = "target") -> dict | None:
     """Where a push moved ``cube``: its displacement (m), the cosine between that and the direction from its start to
     the ``goal`` marker, and its distance to the marker at the start and the end. None without the poses (a file
@@ -211,7 +218,7 @@ def work(job: dict) -> list[dict]:
                 ep = rollout(env, client, policy, seed, names)
                 t = get_task(task)
                 ep.update(task=task, instruction=instruction or t.instruction, named=named_cube(t))
-                ep["outcome"] = classify(ep, ep["named"], grasps=t.skills[0][0] != "push")
+                ep["outcome"] = classify(ep, ep["named"], grasps=not is_push(task))
                 out.append(ep)
                 print(f"[worker {job['index']}] {i + 1}/{len(job['pairs'])} {task} {seed}: {ep['outcome']}"
                       f" (grasped {ep['first_grasped']})", flush=True)
@@ -222,7 +229,6 @@ def work(job: dict) -> list[dict]:
 
 
 def summarize(episodes: list[dict], tasks: list[str]) -> dict:
-    from hardware.sim_tasks import get_task
     from vla.evaluate import wilson_interval
 
     res = {}
@@ -240,7 +246,7 @@ def summarize(episodes: list[dict], tasks: list[str]) -> dict:
                         others[t] = others.get(t, 0) + 1
         snc = [e for e in eps if e["outcome"] == "right object, skill not completed"]
         pushes = None
-        if get_task(task).skills[0][0] == "push":
+        if is_push(task):
             dirs = [push_direction(push_progress(e, named)) for e in eps]
             if all(d is not None for d in dirs):  # where each push moved the named cube, relative to the marker
                 pushes = {d: dirs.count(d) for d in PUSH_DIRECTIONS}
@@ -330,12 +336,10 @@ def plot_title(out: dict) -> str:
 
 def reclassify(path: pathlib.Path) -> int:
     """``--from-json``: the episodes of a result file classified again, the summary and plot redrawn."""
-    from hardware.sim_tasks import get_task
-
     out = json.loads(path.read_text())
     tasks = list(out["tasks"])
     for ep in out["episodes"]:
-        ep["outcome"] = classify(ep, ep["named"], grasps=get_task(ep["task"]).skills[0][0] != "push")
+        ep["outcome"] = classify(ep, ep["named"], grasps=not is_push(ep["task"]))
     out.update(summarize(out["episodes"], tasks))
     tmp = path.with_suffix(".json.tmp")
     tmp.write_text(json.dumps(out, indent=1))
