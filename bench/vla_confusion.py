@@ -19,7 +19,11 @@ records
   stack let go), and its offset from the same objects at the end (``end_offset_m``); before that, the tick at
   which a grasped cube first left the closed fingers (``slipped_at``: dropped in the air or knocked out, not let go);
 * every object's x / y at the start and the end (``xy_start``, ``xy_end``); for a push task the summary says where
-  the pushes moved the named cube: towards the marker, sideways, away from it, or not at all (``push_moved_the_cube``).
+  the pushes moved the named cube: towards the marker, sideways, away from it, or not at all (``push_moved_the_cube``);
+* where the tcp first came down to pushing height (``touchdown``: its x / y and tick, the first below
+  TOUCHDOWN_Z); for a push task the summary gives that point in the push's frame (``push_touchdown``: cm along the
+  cube's start -> marker line and across it, from the cube's start) against where the scripted expert comes down
+  (``expert_push_start_cm``).
 
 Each episode gets one outcome:
 
@@ -58,6 +62,7 @@ import numpy as np  # noqa: E402
 CUBES = ("red_cube", "green_cube", "blue_cube")
 OUTCOMES = ("success", "wrong object", "right object, grasp missed", "right object, skill not completed", "nothing")
 MOVED_M = 0.02
+TOUCHDOWN_Z = 0.035  # the tcp below this (m) is down at pushing height (the expert pushes at 2 cm)
 
 
 def named_cube(task) -> str:
@@ -113,7 +118,7 @@ def rollout(env, client, policy, seed: int, names: list[str]) -> dict:
     ticks, success, done, last_grip = 0, False, False, 1.0
     objs = objs0
     # the cube held after the last tick, the last one grasped, the first one let go and the first slip
-    held = last_held = release_cube = release_offset = slipped_at = None
+    held = last_held = release_cube = release_offset = slipped_at = touchdown = None
     while ticks < env.max_ticks and not done:
         for row in policy(obs):
             obs, reward, terminated, truncated, info = env.step(row)
@@ -132,6 +137,8 @@ def rollout(env, client, policy, seed: int, names: list[str]) -> dict:
             last_held = now or last_held
             if first_grasped is None:
                 first_grasped = next((c for c in CUBES if grasped(objs[c], ee, gripper)), None)
+            if touchdown is None and ee[2] < TOUCHDOWN_Z:
+                touchdown = {"tick": ticks, "xy": [round(float(v), 4) for v in ee[:2]]}
             if first_moved is None:
                 first_moved = next((c for c in CUBES if np.linalg.norm(objs[c][:3] - objs0[c][:3]) > MOVED_M), None)
             for c in CUBES:
@@ -153,7 +160,7 @@ def rollout(env, client, policy, seed: int, names: list[str]) -> dict:
             "release_cube": release_cube, "release_offset_m": release_offset, "slipped_at": slipped_at,
             "end_offset_m": None if release_cube is None else _offsets(objs, release_cube),
             "xy_start": {o: [round(float(v), 4) for v in objs0[o][:2]] for o in objs0},
-            "xy_end": {o: [round(float(v), 4) for v in objs[o][:2]] for o in objs}}
+            "xy_end": {o: [round(float(v), 4) for v in objs[o][:2]] for o in objs}, "touchdown": touchdown}
 
 
 def is_push(task: str) -> bool:
@@ -188,6 +195,40 @@ def push_direction(progress: dict | None) -> str | None:
 
 
 PUSH_DIRECTIONS = ("towards the marker", "sideways", "away from it", "not moved")
+
+
+def push_touchdown(ep: dict, cube: str, goal: str = "target") -> list[float] | None:
+    """Where the tcp first came down to pushing height, in the push's frame: [cm along the line from the cube's start
+    to the ``goal`` marker, cm across it (to its left)], from the cube's start. None when it never came down or the
+    episode has no poses."""
+    td = ep.get("touchdown")
+    if not td or "xy_start" not in ep or goal not in ep["xy_start"]:
+        return None
+    c0, g = np.asarray(ep["xy_start"][cube], float), np.asarray(ep["xy_start"][goal], float)
+    d = (g - c0) / max(float(np.linalg.norm(g - c0)), 1e-9)
+    rel = np.asarray(td["xy"], float) - c0
+    return [round(float(rel @ d) * 100, 2), round(float(rel @ np.array([-d[1], d[0]])) * 100, 2)]
+
+
+def expert_push_start_cm() -> tuple[float, float]:
+    """Where the scripted expert comes down for a push, in the push frame (cm along, across): behind the cube on the
+    line from the marker through it (hardware/teleop/scripted.py, ``_push``'s start point)."""
+    from hardware.teleop.scripted import PUSH_CONTACT, PUSH_START_BACK
+
+    return (round(-(PUSH_CONTACT + PUSH_START_BACK) * 100, 2), 0.0)
+
+
+def touchdown_summary(points: list, ok: list[bool]) -> dict:
+    """The touchdowns (push frame, cm) against the expert's start point: each one's distance from it, the median, and
+    how many came down within 2 cm, for all episodes and the successes."""
+    ref = np.asarray(expert_push_start_cm())
+    dist = [None if p is None else round(float(np.linalg.norm(np.asarray(p) - ref)), 2) for p in points]
+    got = [x for x in dist if x is not None]
+    won = [x for x, s in zip(dist, ok) if x is not None and s]
+    return {"expert_start_cm": ref.tolist(), "points_cm": points, "off_expert_start_cm": dist,
+            "came_down": len(got), "median_off_cm": round(float(np.median(got)), 2) if got else None,
+            "within_2cm": sum(x <= 2.0 for x in got),
+            "median_off_cm_successes": round(float(np.median(won)), 2) if won else None}
 
 
 def _offsets(objs: dict, cube: str) -> dict[str, list[float]]:
@@ -245,11 +286,13 @@ def summarize(episodes: list[dict], tasks: list[str]) -> dict:
                     if t != task:
                         others[t] = others.get(t, 0) + 1
         snc = [e for e in eps if e["outcome"] == "right object, skill not completed"]
-        pushes = None
+        pushes = touch = None
         if is_push(task):
             dirs = [push_direction(push_progress(e, named)) for e in eps]
             if all(d is not None for d in dirs):  # where each push moved the named cube, relative to the marker
                 pushes = {d: dirs.count(d) for d in PUSH_DIRECTIONS}
+            if all("touchdown" in e for e in eps):  # where it came down to push, against the expert's start point
+                touch = touchdown_summary([push_touchdown(e, named) for e in eps], [e["success"] for e in eps])
         res[task] = {
             "instruction": eps[0]["instruction"], "wordings": sorted({e["instruction"] for e in eps}),
             "named_cube": named, "episodes": len(eps),
@@ -264,7 +307,7 @@ def summarize(episodes: list[dict], tasks: list[str]) -> dict:
                 "lift_m": sorted(round(e["max_lift_m"][named], 3) for e in snc if "max_lift_m" in e),
                 "named_in_bowl_at_end": sum(named in e.get("in_bowl_at_end", []) for e in snc),
                 "named_held_at_end": sum(e.get("held_at_end") == named for e in snc)},
-            "push_moved_the_cube": pushes}
+            "push_moved_the_cube": pushes, "push_touchdown": touch}
     pooled = [sum(r["named_of_grasped"][i] for r in res.values()) for i in (0, 1)]
     return {"tasks": res, "named_of_grasped_pooled": pooled,
             "named_share_of_grasps": pooled[0] / pooled[1] if pooled[1] else None}
@@ -448,6 +491,10 @@ def main(argv=None) -> int:
         if r["push_moved_the_cube"]:
             print(f"{'':<22} the push moved the cube: "
                   + ", ".join(f"{d} {n}" for d, n in r["push_moved_the_cube"].items()))
+        if r.get("push_touchdown"):
+            td = r["push_touchdown"]
+            print(f"{'':<22} came down to push in {td['came_down']}: {td['median_off_cm']} cm from the expert's start "
+                  f"point (median), {td['within_2cm']} within 2 cm")
     if summary["named_share_of_grasps"] is not None:
         k, n = summary["named_of_grasped_pooled"]
         print(f"the grasped cube was the named one in {k}/{n} grasps ({100 * k / n:.0f}%)")

@@ -141,6 +141,69 @@ def test_where_a_push_moved_the_cube_relative_to_the_marker():
     assert push_progress({"seed": 1}, "blue_cube") is None and push_direction(None) is None
 
 
+
+def test_where_a_push_came_down_in_the_push_frame():
+    """Over generated scenes and touchdowns: the point where the tcp first came down, given in world x / y, is read
+    back in cm along the cube -> marker line and across it; the summary counts those within 2 cm of the expert's start
+    point and takes the median of the successes only."""
+    from vla_confusion import expert_push_start_cm, push_touchdown, touchdown_summary
+
+    rng = np.random.default_rng(1)
+    ref = np.asarray(expert_push_start_cm())
+    points, ok, want_within = [], [], 0
+    for seed in range(200):
+        c0, heading = rng.uniform(0.3, 0.6, 2), rng.uniform(-np.pi, np.pi)
+        d = np.array([np.cos(heading), np.sin(heading)])
+        g = c0 + rng.uniform(0.1, 0.2) * d
+        along, across = rng.uniform(-10, 10), rng.uniform(-8, 8)
+        xy = c0 + (along * d + across * np.array([-d[1], d[0]])) / 100
+        ep = {"xy_start": {"blue_cube": c0.tolist(), "target": g.tolist()},
+              "touchdown": {"tick": 5, "xy": xy.tolist()}}
+        p = push_touchdown(ep, "blue_cube")
+        assert p == pytest.approx([along, across], abs=0.011)
+        points.append(p)
+        ok.append(seed % 3 == 0)
+        want_within += np.linalg.norm(np.asarray(p) - ref) <= 2.0
+    points.append(push_touchdown({"xy_start": {"blue_cube": [0.5, 0], "target": [0.6, 0]}, "touchdown": None},
+                                 "blue_cube"))  # never came down
+    ok.append(False)
+    s = touchdown_summary(points, ok)
+    assert s["came_down"] == 200 and s["off_expert_start_cm"][-1] is None and s["within_2cm"] == want_within
+    dists = [np.linalg.norm(np.asarray(p) - ref) for p in points[:200]]
+    assert s["median_off_cm"] == pytest.approx(np.median(dists), abs=0.01)
+    assert s["median_off_cm_successes"] == pytest.approx(np.median(dists[::3]), abs=0.01)
+    assert push_touchdown({"seed": 1}, "blue_cube") is None  # a file written before touchdowns were recorded
+
+
+def test_the_expert_push_start_is_where_the_scripted_expert_comes_down():
+    """The reference point is the one the scripted expert flies to before it comes down: its target, high over the
+    start, read back in the push frame of a scene with the marker at 30 degrees."""
+    from hardware.sim_tasks import CUBE_HALF
+    from hardware.teleop.scripted import HOME_DOWN_QUAT, ScriptedExpert
+    from vla_confusion import expert_push_start_cm, push_touchdown
+
+    ex = ScriptedExpert(quality=1.0, noise_std=0.0, rot_noise_std=0.0, seed=0)
+    ex.begin_episode("push_block_to_marker", seed=0)
+    cube, marker = np.array([0.45, 0.05]), np.array([0.45, 0.05]) + 0.15 * np.array([np.cos(0.52), np.sin(0.52)])
+    objs = {"blue_cube": np.array([*cube, CUBE_HALF, 1, 0, 0, 0]), "target": np.array([*marker, 0.001, 1, 0, 0, 0])}
+    target, _, _ = ex._push(("push", "blue_cube", "target"), objs, np.array([0.3, -0.2, 0.25]), HOME_DOWN_QUAT, 0.0)
+    ep = {"xy_start": {"blue_cube": cube.tolist(), "target": marker.tolist()},
+          "touchdown": {"tick": 0, "xy": target[:2].tolist()}}
+    assert ex.phase == "pre" and push_touchdown(ep, "blue_cube") == pytest.approx(expert_push_start_cm(), abs=0.011)
+
+
+def test_the_first_touchdown_is_recorded_with_its_tick():
+    """rollout() keeps where and when the tcp first went below pushing height, not a later one."""
+    from vla_confusion import rollout
+
+    world = _StackWorld()
+    plan = [(0.3, 0.1, 0.1, 0.0), (0.32, 0.1, 0.05, 0.0), (0.33, 0.11, 0.02, 0.0), (0.4, 0.1, 0.02, 0.0),
+            (0.4, 0.1, 0.1, 0.0), (0.2, 0.2, 0.02, 0.0)]
+    ep = rollout(world, world, _Rows(plan), 0, world.names)
+    assert ep["touchdown"] == {"tick": 2, "xy": [0.33, 0.11]}
+    ep = rollout(_StackWorld(), _StackWorld(), _Rows(plan[:2]), 0, world.names)
+    assert ep["touchdown"] is None
+
 def test_a_site_without_a_camera_the_checkpoint_reads_is_refused_by_name(tmp_path, capsys):
     from tests.conftest import save_tiny_vla
     from vla_confusion import main

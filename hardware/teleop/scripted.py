@@ -92,6 +92,8 @@ MISTAKE_KINDS = ("wrong_object", "misplace", "stop_short", "close_early")
 DEFAULT_MISTAKE_KINDS = MISTAKE_KINDS[:3]
 CLOSE_EARLY_DZ = 0.05
 HOVER_DZ = 0.10
+PUSH_CONTACT = CUBE_HALF + 0.012  # tcp to cube centre while pushing (finger half thickness ~1 cm)
+PUSH_START_BACK = 0.03  # a push comes down this far behind the contact point, on the line from the marker
 
 
 # --------------------------------------------------------------------------------------------
@@ -664,9 +666,9 @@ class ScriptedExpert(Teleop):
         d = to_goal / max(dist, 1e-9)
         angle = nearest_angle(math.atan2(d[1], d[0]) + math.pi / 2, finger_angle(eq), math.pi)
         angle = _wrap(angle, math.pi)
-        contact = CUBE_HALF + 0.012  # tcp to cube centre while pushing (finger half thickness ~1 cm)
+        contact = PUSH_CONTACT
         push_z = 0.02
-        behind = c[:2] - d * (contact + 0.03)
+        behind = c[:2] - d * (contact + PUSH_START_BACK)
         rel = ee[:2] - c[:2]
         along, across = float(rel @ d), float(rel @ np.array([-d[1], d[0]]))
         if self.follow_state:
