@@ -225,7 +225,8 @@ def touchdown_summary(points: list, ok: list[bool]) -> dict:
     dist = [None if p is None else round(float(np.linalg.norm(np.asarray(p) - ref)), 2) for p in points]
     got = [x for x in dist if x is not None]
     won = [x for x, s in zip(dist, ok) if x is not None and s]
-    return {"expert_start_cm": ref.tolist(), "points_cm": points, "off_expert_start_cm": dist,
+    return {"expert_start_cm": ref.tolist(), "points_cm": points, "success": [bool(x) for x in ok],
+            "off_expert_start_cm": dist,
             "came_down": len(got), "median_off_cm": round(float(np.median(got)), 2) if got else None,
             "within_2cm": sum(x <= 2.0 for x in got),
             "median_off_cm_successes": round(float(np.median(won)), 2) if won else None}
@@ -326,7 +327,14 @@ def plot(summary: dict, path: pathlib.Path, title: str) -> None:
         return {"None" if k in (None, "null") else str(k): n for k, n in res[t]["grasped_first"].items()}
 
     m = np.array([[first(t)[str(c)] for c in cols] for t in tasks], float)
-    fig, (a1, a2) = plt.subplots(1, 2, figsize=(12, 0.6 * len(tasks) + 2.2), gridspec_kw={"width_ratios": [1, 1.4]})
+    pushes = [t for t in tasks if res[t].get("push_touchdown")]
+    if pushes:  # a third panel: where each push came down, in the push's frame
+        fig, (a1, a2, a3) = plt.subplots(1, 3, figsize=(16, max(0.6 * len(tasks) + 2.2, 4.2)),
+                                         gridspec_kw={"width_ratios": [1, 1.4, 1.1]})
+        _plot_touchdowns(a3, res[pushes[0]])
+    else:
+        fig, (a1, a2) = plt.subplots(1, 2, figsize=(12, 0.6 * len(tasks) + 2.2),
+                                     gridspec_kw={"width_ratios": [1, 1.4]})
     frac = m / np.maximum(m.sum(1, keepdims=True), 1)
     a1.imshow(frac, cmap="Blues", vmin=0, vmax=1, aspect="auto")
     for i in range(len(tasks)):
@@ -359,6 +367,31 @@ def plot(summary: dict, path: pathlib.Path, title: str) -> None:
     from PIL import Image  # a 64-colour palette PNG: the same plot in a third of the bytes
 
     Image.open(path).convert("RGB").quantize(colors=64, method=Image.Quantize.MEDIANCUT).save(path, optimize=True)
+
+
+def _plot_touchdowns(ax, r: dict) -> None:
+    """Where the tcp first came down for a push, cm in the push's frame (the marker lies along +x from the cube at the
+    origin, its footprint drawn), successes filled; the scripted expert's start point as a cross."""
+    from matplotlib.patches import Rectangle
+
+    td = r["push_touchdown"]
+    pts = [(p, ok) for p, ok in zip(td["points_cm"], td.get("success", [None] * len(td["points_cm"]))) if p]
+    for ok, style in ((False, dict(facecolors="none", edgecolors="tab:red")), (True, dict(color="tab:green")),
+                      (None, dict(facecolors="none", edgecolors="tab:blue"))):
+        xy = np.array([p for p, o in pts if o is ok]).reshape(-1, 2)
+        if len(xy):
+            ax.scatter(xy[:, 0], xy[:, 1], s=18, label={False: "failed", True: "succeeded", None: "episode"}[ok],
+                       **style)
+    ex = td["expert_start_cm"]
+    ax.plot(*ex, "kx", ms=10, mew=2, label="expert's start point")
+    ax.add_patch(Rectangle((-2.25, -2.25), 4.5, 4.5, fill=False, color="tab:blue"))  # the cube's footprint at its start
+    ax.axhline(0, color="0.8", lw=0.8, zorder=0)
+    ax.set_aspect("equal")
+    ax.set_xlabel("cm along cube -> marker (cube at 0)")
+    ax.set_ylabel("cm across")
+    ax.set_title(f"where the push came down (cube's start frame)\nmedian {td['median_off_cm']} cm off the expert's "
+                 f"start, {td['within_2cm']}/{td['came_down']} within 2 cm", fontsize=8)
+    ax.legend(fontsize=7, loc="best")
 
 
 def execution_label(exec_steps: int | None = None, window: int | None = None, noise: str = "sample",

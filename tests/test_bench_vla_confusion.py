@@ -173,6 +173,18 @@ def test_where_a_push_came_down_in_the_push_frame():
     assert s["median_off_cm"] == pytest.approx(np.median(dists), abs=0.01)
     assert s["median_off_cm_successes"] == pytest.approx(np.median(dists[::3]), abs=0.01)
     assert push_touchdown({"seed": 1}, "blue_cube") is None  # a file written before touchdowns were recorded
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from vla_confusion import _plot_touchdowns
+
+    fig, ax = plt.subplots()
+    _plot_touchdowns(ax, {"push_touchdown": s})  # every point that came down is drawn, the successes apart
+    drawn = {c.get_label(): len(c.get_offsets()) for c in ax.collections}
+    assert drawn == {"failed": 200 - sum(ok[:200]), "succeeded": sum(ok[:200])}
+    plt.close(fig)
 
 
 def test_the_expert_push_start_is_where_the_scripted_expert_comes_down():
