@@ -74,10 +74,18 @@ def test_rl_two_ray_actors_feed_one_replay_buffer_with_disjoint_seeds(tiny_vla, 
     from session.runner import actor_episode, episode_seed
     from vla.cli import main
 
-    out = tmp_path / "run"
-    assert main(["rl", "--actors", "2", "--checkpoint", tiny_vla, "--task", "pick_red_cube", "--out", str(out),
-                 "--total-ticks", "160", *SMALL]) == 0
-    s = json.loads((out / "summary.json").read_text())
+    def session(attempt: int):
+        out = tmp_path / f"run{attempt}"
+        assert main(["rl", "--actors", "2", "--checkpoint", tiny_vla, "--task", "pick_red_cube", "--out", str(out),
+                     "--total-ticks", "160", *SMALL]) == 0
+        return out, json.loads((out / "summary.json").read_text())
+
+    out, s = session(0)
+    if any("deadline_exceeded" in (a["lost"] or "") for a in s["actors"]):
+        # on a loaded 2-core box an actor's bridge stalled past the arm's 2-s command deadline (CI, once): the learner
+        # dropped that actor and went on, as it must, but this test's premise (both actors feed) was never tried.
+        print(f"an actor dropped out by itself: {[a['lost'] for a in s['actors']]}; once more")
+        out, s = session(1)
     lanes = s["actors"]
     assert [a["slot"] for a in lanes] == [0, 1] and all(a["lost"] is None for a in lanes)
     assert all(a["transitions"] > 0 for a in lanes)  # both actors' transitions are in the replay buffer
