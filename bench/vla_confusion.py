@@ -374,17 +374,18 @@ def _plot_touchdowns(ax, r: dict) -> None:
     origin, its footprint drawn), successes filled; the scripted expert's start point as a cross."""
     from matplotlib.patches import Rectangle
 
+    from hardware.sim_tasks import CUBE_HALF
+
     td = r["push_touchdown"]
-    pts = [(p, ok) for p, ok in zip(td["points_cm"], td.get("success", [None] * len(td["points_cm"]))) if p]
-    for ok, style in ((False, dict(facecolors="none", edgecolors="tab:red")), (True, dict(color="tab:green")),
-                      (None, dict(facecolors="none", edgecolors="tab:blue"))):
+    pts = [(p, ok) for p, ok in zip(td["points_cm"], td["success"]) if p]
+    for ok, label, style in ((False, "failed", dict(facecolors="none", edgecolors="tab:red")),
+                             (True, "succeeded", dict(color="tab:green"))):
         xy = np.array([p for p, o in pts if o is ok]).reshape(-1, 2)
         if len(xy):
-            ax.scatter(xy[:, 0], xy[:, 1], s=18, label={False: "failed", True: "succeeded", None: "episode"}[ok],
-                       **style)
-    ex = td["expert_start_cm"]
-    ax.plot(*ex, "kx", ms=10, mew=2, label="expert's start point")
-    ax.add_patch(Rectangle((-2.25, -2.25), 4.5, 4.5, fill=False, color="tab:blue"))  # the cube's footprint at its start
+            ax.scatter(xy[:, 0], xy[:, 1], s=18, label=label, **style)
+    ax.plot(*td["expert_start_cm"], "kx", ms=10, mew=2, label="expert's start point")
+    h = CUBE_HALF * 100  # the cube's footprint at its start
+    ax.add_patch(Rectangle((-h, -h), 2 * h, 2 * h, fill=False, color="tab:blue"))
     ax.axhline(0, color="0.8", lw=0.8, zorder=0)
     ax.set_aspect("equal")
     ax.set_xlabel("cm along cube -> marker (cube at 0)")

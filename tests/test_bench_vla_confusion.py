@@ -141,7 +141,6 @@ def test_where_a_push_moved_the_cube_relative_to_the_marker():
     assert push_progress({"seed": 1}, "blue_cube") is None and push_direction(None) is None
 
 
-
 def test_where_a_push_came_down_in_the_push_frame():
     """Over generated scenes and touchdowns: the point where the tcp first came down, given in world x / y, is read
     back in cm along the cube -> marker line and across it; the summary counts those within 2 cm of the expert's start
@@ -215,6 +214,7 @@ def test_the_first_touchdown_is_recorded_with_its_tick():
     assert ep["touchdown"] == {"tick": 2, "xy": [0.33, 0.11]}
     ep = rollout(_StackWorld(), _StackWorld(), _Rows(plan[:2]), 0, world.names)
     assert ep["touchdown"] is None
+
 
 def test_a_site_without_a_camera_the_checkpoint_reads_is_refused_by_name(tmp_path, capsys):
     from tests.conftest import save_tiny_vla
