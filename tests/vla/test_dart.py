@@ -74,6 +74,30 @@ def test_dart_executes_noisy_actions_and_stores_the_experts_clean_labels(sigma):
         assert np.abs(states[:, 0]).max() > sigma  # ... so the states left the expert's path
 
 
+@pytest.mark.parametrize("seed", range(4))
+def test_dart_executed_labels_store_the_noisy_command_the_robot_ran(seed):
+    env, writer = _Env(), _Writer()
+    record_episode(env, _Expert(), writer, "go", max_steps=25, seed=seed, dart_sigma=0.02, dart_label="executed")
+    labels = np.stack([f["action"] for f in writer.frames])
+    states = np.stack([f["observation.state"] for f in writer.frames])
+    np.testing.assert_array_equal(labels, np.stack(env.executed))  # the label is what ran
+    clean = -0.5 * states[:, 0]  # the expert's answer to each stored state
+    assert 0.5 * 0.02 < (labels[:, 0] - clean).std() < 2 * 0.02  # ... which the stored labels spread around
+
+
+def test_dart_refuses_an_unknown_label():
+    with pytest.raises(ValueError, match="dart_label"):
+        record_episode(_Env(), _Expert(), _Writer(), "go", max_steps=3, dart_sigma=0.01, dart_label="noisy")
+
+
+def test_vla_record_refuses_an_executed_label_without_dart(tmp_path, capsys):
+    from vla.cli import main
+
+    assert main(["record", "--task", "pick_red_cube", "--teleop", "scripted", "--dart-label", "executed",
+                 "--root", str(tmp_path / "x")]) == 2
+    assert "--dart-label" in capsys.readouterr().err
+
+
 def test_dart_noise_is_seeded_by_the_episode_seed():
     runs = []
     for seed in (5, 5, 6):

@@ -88,6 +88,11 @@ z re-record, Esc stop. Recording into an existing dataset appends to it.
                    help="DART noise injection for --teleop scripted: execute the expert's action plus Gaussian "
                    "noise of SIGMA m per tick on the translation, store the expert's clean action (recovery data "
                    "for behaviour cloning; default 0 = off)")
+    p.add_argument("--dart-label", choices=("clean", "executed"), default="clean",
+                   help="with --dart: the action each frame stores. clean (default): the expert's, for the state it "
+                   "saw (DART's recovery labels); executed: the noisy command the robot carried out, so the demos' "
+                   "actions are as broad as the noise (a base for latent-noise RL: the noise then has good and bad "
+                   "actions to choose between)")
     p.add_argument("--dagger", default=None, metavar="CHECKPOINT",
                    help="DAgger with --teleop scripted: the VLA checkpoint drives the robot and the expert labels "
                    "every state it reaches (the frame's action is the expert's; it reads the pick, lift, place and "
@@ -213,6 +218,10 @@ def run(args) -> int:
     if args.dart < 0 or (args.dart > 0 and args.teleop != "scripted"):
         raise ValueError(f"--dart must be >= 0 and needs --teleop scripted (a closed-loop expert labels the "
                          f"perturbed states), got --dart {args.dart} with --teleop {args.teleop}")
+    args.dart_label = getattr(args, "dart_label", "clean")  # a Namespace built by a caller may predate it
+    if args.dart_label != "clean" and args.dart <= 0:
+        raise ValueError(f"--dart-label {args.dart_label} needs --dart SIGMA > 0 (the noise whose executed action "
+                         "it stores)")
     if args.dagger and (args.teleop != "scripted" or args.dart > 0):
         raise ValueError("--dagger needs --teleop scripted (the expert labels the states the policy reaches) and "
                          "no --dart")
@@ -350,7 +359,7 @@ def run(args) -> int:
                 res = record_episode(env, teleop, writer, instruction, max_steps, seed=seed,
                                      task=task.name if task else None, privileged_fn=privileged_fn,
                                      end_on_success=args.teleop != "scripted", should_stop=lambda: stop.flag,
-                                     dart_sigma=args.dart, driver=driver,
+                                     dart_sigma=args.dart, dart_label=args.dart_label, driver=driver,
                                      frame_task=((lambda: task.skill_instruction(teleop.last_info["skill"]))
                                                  if args.label_subskills else None))
                 outcome, n = res.outcome, res.frames
@@ -374,6 +383,7 @@ def run(args) -> int:
                     "segments": res.segments if args.label_subskills else None,
                     **expert_row, "expert_mode": teleop.mode if args.teleop == "scripted" else None,
                     "dart_sigma": args.dart if args.dart > 0 else None,
+                    "dart_label": args.dart_label if args.dart > 0 else None,
                     "dagger": ({"checkpoint": os.path.abspath(args.dagger),
                                 "exec_steps": None if te is not None else args.dagger_exec_steps,
                                 "temporal_ensemble": te, "noise": args.dagger_noise,

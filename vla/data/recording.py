@@ -31,7 +31,7 @@ class EpisodeResult:
 def record_episode(env, teleop, writer, instruction: str, max_steps: int, seed: int | None = None,
                    task: str | None = None, privileged_fn: Callable[[], dict] | None = None,
                    end_on_success: bool = True, should_stop: Callable[[], bool] = lambda: False,
-                   dart_sigma: float = 0.0, driver: Callable[[dict], np.ndarray | None] | None = None,
+                   dart_sigma: float = 0.0, dart_label: str = "clean", driver: Callable[[dict], np.ndarray | None] | None = None,
                    frame_task: Callable[[], str] | None = None) -> EpisodeResult:
     """Record one episode into ``writer``'s buffer (the caller saves or discards it).
 
@@ -43,7 +43,9 @@ def record_episode(env, teleop, writer, instruction: str, max_steps: int, seed: 
     the robot executes the expert's action plus Gaussian noise of that std (m per tick) on the
     translation, and the frame stores the expert's *clean* action for the state it saw. The states
     drift off the expert's path and the labels say how to come back: recovery data for
-    behaviour cloning. The noise is seeded by the episode seed.
+    behaviour cloning. The noise is seeded by the episode seed. ``dart_label="executed"`` stores what the
+    server applied instead (the noisy command): demos whose actions are as broad as the noise, the base a
+    latent-noise RL method (DSRL) can steer.
 
     ``driver`` (DAgger, Ross et al. 2011): ``obs -> action [A]`` or None. Each tick the teleop (a
     closed-loop expert) still reads the state, but the robot executes the driver's action (a policy
@@ -57,6 +59,8 @@ def record_episode(env, teleop, writer, instruction: str, max_steps: int, seed: 
     """
     if dart_sigma < 0:
         raise ValueError(f"dart_sigma must be >= 0 (m per tick), got {dart_sigma}")
+    if dart_label not in ("clean", "executed"):
+        raise ValueError(f"dart_label must be 'clean' or 'executed', got {dart_label!r}")
     dart_rng = np.random.default_rng([0xDA27, seed if seed is not None else 0])
     teleop.begin_episode(task, seed, instruction)
     obs, _ = env.reset(seed=seed)
@@ -77,7 +81,7 @@ def record_episode(env, teleop, writer, instruction: str, max_steps: int, seed: 
         if outcome is not None:
             break
         executed = cmd.action
-        relabel = dart_sigma > 0
+        relabel = dart_sigma > 0 and dart_label == "clean"
         driven = False
         if driver is not None:
             act = driver(obs)
