@@ -11,6 +11,9 @@ import numpy as np
 
 from robot_io.client import CommandError
 
+DART_LABELS = ("clean", "executed")
+"""What a DART frame stores as its action: the expert's clean answer, or the noisy command that ran."""
+
 # server refusals that break an episode without anything being wrong with the data or the
 # teleoperator: the episode is discarded and its scene recorded again
 STALL_CODES = {"safe_state": "watchdog", "deadline_exceeded": "late"}
@@ -31,7 +34,8 @@ class EpisodeResult:
 def record_episode(env, teleop, writer, instruction: str, max_steps: int, seed: int | None = None,
                    task: str | None = None, privileged_fn: Callable[[], dict] | None = None,
                    end_on_success: bool = True, should_stop: Callable[[], bool] = lambda: False,
-                   dart_sigma: float = 0.0, dart_label: str = "clean", driver: Callable[[dict], np.ndarray | None] | None = None,
+                   dart_sigma: float = 0.0, dart_label: str = "clean",
+                   driver: Callable[[dict], np.ndarray | None] | None = None,
                    frame_task: Callable[[], str] | None = None) -> EpisodeResult:
     """Record one episode into ``writer``'s buffer (the caller saves or discards it).
 
@@ -59,8 +63,8 @@ def record_episode(env, teleop, writer, instruction: str, max_steps: int, seed: 
     """
     if dart_sigma < 0:
         raise ValueError(f"dart_sigma must be >= 0 (m per tick), got {dart_sigma}")
-    if dart_label not in ("clean", "executed"):
-        raise ValueError(f"dart_label must be 'clean' or 'executed', got {dart_label!r}")
+    if dart_label not in DART_LABELS:
+        raise ValueError(f"dart_label must be one of {DART_LABELS}, got {dart_label!r}")
     dart_rng = np.random.default_rng([0xDA27, seed if seed is not None else 0])
     teleop.begin_episode(task, seed, instruction)
     obs, _ = env.reset(seed=seed)
