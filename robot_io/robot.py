@@ -17,7 +17,7 @@ import time
 
 import numpy as np
 
-from robot_io.client import BridgeTimeout, DeviceClient, StreamReader
+from robot_io.client import BridgeTimeout, CommandError, DeviceClient, StreamReader
 from robot_io.site import SiteConfig, load_site
 from robot_io.wire import Message
 
@@ -129,6 +129,14 @@ def wait_for_bridge(site: SiteConfig, timeout_s: float = 60.0) -> None:
                 try:
                     cl.ping()
                     break
+                except CommandError as e:
+                    # a bridge still busy starting (a loaded machine) answers a ping that waited in its queue past
+                    # the ping's deadline with deadline_exceeded: it is alive, so ask again
+                    if e.code != "deadline_exceeded":
+                        raise
+                    if time.monotonic() > deadline:
+                        raise BridgeTimeout(f"bridge device {name!r} answered no ping in time within "
+                                            f"{timeout_s:.0f} s (each arrived after its deadline)") from None
                 except BridgeTimeout:
                     if time.monotonic() > deadline:
                         raise BridgeTimeout(f"bridge device {name!r} did not answer within {timeout_s:.0f} s") from None
