@@ -403,9 +403,16 @@ def execution_label(exec_steps: int | None = None, window: int | None = None, no
     return how + ("" if noise == "sample" else f", noise {noise}") + ("" if gripper == "raw" else f", gripper {gripper}")
 
 
+def checkpoint_label(path: str) -> str:
+    """A checkpoint's short name for a title: ``RUN/model`` for the model inside a `vla train` run directory (every
+    one of those is called ``model``), the folder's own name otherwise."""
+    p = pathlib.PurePath(os.path.normpath(path))
+    return f"{p.parent.name}/{p.name}" if p.name == "model" and p.parent.name not in ("", ".", "..") else p.name
+
+
 def plot_title(out: dict) -> str:
     execution = out.get("execution", execution_label())
-    return (f"{os.path.basename(os.path.normpath(out['checkpoint']))}: {out['episodes_per_task']} unseen three-cube "
+    return (f"{checkpoint_label(out['checkpoint'])}: {out['episodes_per_task']} unseen three-cube "
             "scenes per task" + {"paraphrases": ", the tasks' paraphrases in turn",
                                  "held-out": ", the held-out wordings"}.get(out.get("wording"), "")
             + ("" if execution == execution_label() else f"\n{execution}"))

@@ -324,3 +324,14 @@ class _Rows:
         row = self.rows[min(self.i, len(self.rows) - 1)]
         self.i += 1
         return [row]
+
+
+@pytest.mark.parametrize("path, label", [("runs/base-20261206/model", "base-20261206/model"),
+                                         ("runs/base-20261206/model/", "base-20261206/model"),
+                                         ("/abs/exp/push_240", "push_240"), ("model", "model"),
+                                         ("data/base/b01_base", "b01_base")])
+def test_the_plot_title_names_a_run_directory_model_by_its_run(path, label):
+    from vla_confusion import checkpoint_label, plot_title
+
+    assert checkpoint_label(path) == label
+    assert plot_title({"checkpoint": path, "episodes_per_task": 5}).startswith(f"{label}: 5 unseen")
