@@ -110,7 +110,13 @@ def test_frame_rate_jitter_drops_and_latency(screen):
     def mad(d):
         return float(np.median(np.abs(d - np.median(d))))
 
-    d0, i0 = intervals(steady)
+    # frames are stamped when delivered, so a loaded machine can add its own jitter to a steady camera (MAD 1.09 ms
+    # once in CI beside three RL sessions; 0.01-0.03 ms when idle): up to three tries of 40 frames. A camera that
+    # jitters by itself (configured 0) fails all three.
+    for _ in range(3):
+        d0, i0 = intervals(steady)
+        if mad(d0) < 1.0:
+            break
     d1, _ = intervals(jittery)
     _, i2 = intervals(lossy)
     assert np.median(d0) == pytest.approx(1000 / 60, abs=1.0) and mad(d0) < 1.0
