@@ -119,26 +119,30 @@ def _connectable(endpoint: str) -> str:
     return endpoint.replace("tcp://0.0.0.0:", "tcp://127.0.0.1:").replace("tcp://*:", "tcp://127.0.0.1:")
 
 
+def ping_answer(cl: DeviceClient) -> str:
+    """One ping: ``ok``; ``late`` when a bridge still busy (starting on a loaded machine) read the ping after its
+    deadline and answered deadline_exceeded (it is alive); ``none`` with no answer in time. Other refusals raise."""
+    try:
+        cl.ping()
+        return "ok"
+    except CommandError as e:
+        if e.code != "deadline_exceeded":
+            raise
+        return "late"
+    except BridgeTimeout:
+        return "none"
+
+
 def wait_for_bridge(site: SiteConfig, timeout_s: float = 60.0) -> None:
-    """Block until every device of the site answers a ping (used after starting a server)."""
+    """Block until every device of the site answers a ping in time (used after starting a server); a late answer
+    is asked again."""
     deadline = time.monotonic() + timeout_s
     for name, spec in site.devices.items():
         cl = DeviceClient(_connectable(spec.command), name, 0.5, site.security)
         try:
-            while True:
-                try:
-                    cl.ping()
-                    break
-                except CommandError as e:
-                    # a bridge still busy starting (a loaded machine) answers a ping that waited in its queue past
-                    # the ping's deadline with deadline_exceeded: it is alive, so ask again
-                    if e.code != "deadline_exceeded":
-                        raise
-                    if time.monotonic() > deadline:
-                        raise BridgeTimeout(f"bridge device {name!r} answered no ping in time within "
-                                            f"{timeout_s:.0f} s (each arrived after its deadline)") from None
-                except BridgeTimeout:
-                    if time.monotonic() > deadline:
-                        raise BridgeTimeout(f"bridge device {name!r} did not answer within {timeout_s:.0f} s") from None
+            while (answer := ping_answer(cl)) != "ok":
+                if time.monotonic() > deadline:
+                    why = "did not answer" if answer == "none" else "answered each ping after its deadline"
+                    raise BridgeTimeout(f"bridge device {name!r} {why} within {timeout_s:.0f} s")
         finally:
             cl.close()

@@ -8,8 +8,8 @@ import subprocess
 import sys
 import time
 
-from robot_io.client import BridgeTimeout, CommandError, DeviceClient
-from robot_io.robot import _connectable, wait_for_bridge
+from robot_io.client import BridgeTimeout, DeviceClient
+from robot_io.robot import _connectable, ping_answer, wait_for_bridge
 from robot_io.site import SiteConfig
 
 SIM_DRIVERS = {"sim_franka", "sim_camera", "synthetic_camera"}
@@ -27,12 +27,7 @@ def is_simulated(site: SiteConfig) -> bool:
 def bridge_is_up(site: SiteConfig) -> bool:
     for name, spec in site.devices.items():
         with DeviceClient(_connectable(spec.command), name, 0.3, site.security) as c:
-            try:
-                c.ping()
-            except CommandError as e:
-                if e.code != "deadline_exceeded":  # a busy bridge answered a ping that waited past its deadline
-                    raise
-            except BridgeTimeout:
+            if ping_answer(c) == "none":  # a late answer (a busy bridge) is an answer
                 return False
     return True
 
