@@ -73,6 +73,10 @@ class RLConfig:
     """First evaluation seed."""
     checkpoint_every: int = 1
     """Episodes between checkpoints (agent, replay buffers, counters, RNG states)."""
+    snapshot_every: int = 0
+    """Ticks between kept copies of the agent (``RUN/snapshots/agent_<ticks>.pt``, taken with the first checkpoint
+    past each multiple), so that ``bench/critic_truth.py`` can score a session's critic as it learned; 0: none
+    (the checkpoint keeps only the newest agent)."""
     seed: int = 0
     """Seed of the agent, the replay sampling and the training episodes' scenes."""
     threads: int | None = 1
@@ -144,6 +148,8 @@ class RLConfig:
         if self.gripper == "binary" and self.env:
             raise ValueError("gripper binary snaps the opening of the arm's ee_delta action (column 6); an --env "
                              "defines its own actions: drop --gripper")
+        if self.snapshot_every < 0:
+            raise ValueError(f"snapshot_every must be >= 0 (0: no snapshots), got {self.snapshot_every}")
         if self.eval_every < 0 or self.warmup_steps < 0:
             raise ValueError("eval_every and warmup_steps must be >= 0")
         if self.reward != "task" and not self.reward.startswith("classifier:"):

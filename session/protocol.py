@@ -37,7 +37,7 @@ actor -> learner::
                 lane, 0..N-1, with several actors)                        -> welcome, then params
     transition  actor_id; header seq = the transition's index in the actor's lane (0, 1, 2, ...;
                 with one actor, its index in the session); episode (the lane's episode index),
-                ticks (control ticks executed), reward, done, intervention, episode_end,
+                ticks (control ticks executed), reward, done, truncated, intervention, episode_end,
                 params_version (the policy that acted), episode_info (with episode_end: seed,
                 success, ticks, steps, return, interventions);
                 arrays: K and next_K for every key K of the agent's obs_spec (its dtype and
@@ -152,8 +152,8 @@ _TYPES = [
     MessageType("hello", "An actor introduces itself (again after a learner restart).",
                 ("actor_id", "next_seq", "params_version")),
     MessageType("transition", "One macro-step: header seq = its index in the session; arrays: the observation "
-                "fields K and next_K, action, chunk.", ("actor_id", "episode", "ticks", "reward", "done", "intervention", "episode_end",
-                                   "params_version")),
+                "fields K and next_K, action, chunk.", ("actor_id", "episode", "ticks", "reward", "done", "truncated", "intervention",
+                                   "episode_end", "params_version")),
     MessageType("heartbeat", "The actor is alive; the ack says how far the learner is.",
                 ("actor_id", "next_seq", "params_version")),
     MessageType("eval", "An evaluation the actor ran (kind base or periodic).",
@@ -296,7 +296,8 @@ def transition_message(actor_id: str, seq: int, episode: int, tr: dict[str, Any]
     arrays = {**tr["obs"], **{f"next_{k}": v for k, v in tr["next_obs"].items()}, "action": tr["action"],
               "chunk": tr["chunk"]}
     meta = {"actor_id": actor_id, "episode": int(episode), "ticks": int(ticks), "reward": float(tr["reward"]),
-            "done": bool(tr["done"]), "intervention": bool(tr["intervention"]), "episode_end": bool(episode_end),
+            "done": bool(tr["done"]), "truncated": bool(tr.get("truncated", False)),
+            "intervention": bool(tr["intervention"]), "episode_end": bool(episode_end),
             "params_version": int(params_version)}
     if episode_end:
         meta["episode_info"] = {k: kind(info[k]) for k, kind in EPISODE_INFO.items()}
@@ -328,6 +329,10 @@ def check_transition(msg: Message, spec: TransitionSpec, episode: int | None = N
         raise ProtocolError("bad_field", f"field 'ticks' must be >= 1, got {ticks}", "ticks")
     reward = field(msg, "reward", float)
     done, intervention = field(msg, "done", bool), field(msg, "intervention", bool)
+    truncated = field(msg, "truncated", bool)
+    if done and truncated:
+        raise ProtocolError("bad_field", "a transition is terminal (done) or cut by a time limit (truncated), not both",
+                            "truncated")
     end, version = field(msg, "episode_end", bool), field(msg, "params_version", int)
     info = None
     if end:
@@ -351,7 +356,7 @@ def check_transition(msg: Message, spec: TransitionSpec, episode: int | None = N
     # copies: the received frames are read-only views of ZMQ's buffers
     tr = dict(obs={k: v.copy() for k, v in obs.items()}, action=action.copy(), reward=reward,
               next_obs={k: v.copy() for k, v in next_obs.items()}, done=done, chunk=chunk.copy(),
-              intervention=intervention)
+              intervention=intervention, rows=np.asarray(ticks, np.int32), truncated=truncated)
     return Transition(msg.seq, ep, ticks, end, version, tr, info)
 
 

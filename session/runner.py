@@ -22,6 +22,7 @@ Run directory::
     RUN/rl_config.json, RUN/episodes.jsonl (one line per episode), RUN/evals.jsonl
     RUN/checkpoint/{agent.pt, online.npz, demo.npz, state.json, rng.pt}   (replaced atomically)
     RUN/learning_curve.png, RUN/summary.json, RUN/tb/, RUN/videos/
+    RUN/snapshots/agent_<ticks>.pt   (with --snapshot-every: copies of the agent as it learned)
 
 A checkpoint is taken at episode boundaries (an episode cannot be resumed half-way: the scene
 moved on), so ``--resume`` after a kill continues from the last finished episode with exactly
@@ -78,7 +79,7 @@ class Session:
                  sink: Callable[[dict, int, bool, dict], None] | None = None,
                  guard: Callable[[], None] | None = None, seed: int | None = None) -> None:
         from policies import get_method
-        from policies.common.replay import ReplayBuffer
+        from policies.common.replay import STEP_EXTRAS, ReplayBuffer
         from vla.models.modes import freeze
 
         self.cfg, self.env, self.operator, self.progress = cfg, env, operator, progress
@@ -106,7 +107,9 @@ class Session:
         self.max_ticks = episode_limit(env, cfg.max_episode_ticks)
         self.chunked = steps_chunks(env) if env is not None else True
         spec = self.agent.obs_spec  # what one stored observation holds
-        extras = {"chunk": (tuple(self.agent.chunk_shape), np.float32)}
+        # the executed chunk, the ticks it took and whether a time limit ended the episode there (the value
+        # target's per-tick discount and time-limit handling: policies.common.sac_config.ValueTargetConfig)
+        extras = {"chunk": (tuple(self.agent.chunk_shape), np.float32), **STEP_EXTRAS}
         cap = cfg.total_ticks + 16
         self.online = ReplayBuffer(cap, spec, self.agent.action_dim, extras) if replay else None
         self.demo = ReplayBuffer(cap, spec, self.agent.action_dim, extras) if replay else None
@@ -134,6 +137,10 @@ class Session:
         self.demo.save(os.path.join(tmp, "demo.npz"))
         torch.save({"np": self.rng.bit_generator.state, "torch": torch.get_rng_state(), "python": random.getstate()},
                    os.path.join(tmp, "rng.pt"))
+        every = self.cfg.snapshot_every  # a new multiple of snapshot_every ticks passed: keep this agent too
+        snap = bool(every) and self.ticks // every > int(self.extra_state.get("snapshot_mark", 0))
+        if snap:
+            self.extra_state["snapshot_mark"] = self.ticks // every
         with open(os.path.join(tmp, "state.json"), "w") as f:
             json.dump({**self.extra_state, "step": self.step, "ticks": self.ticks, "episode": self.episode,
                        "time": time.time()}, f)
@@ -143,6 +150,11 @@ class Session:
             os.replace(self.ckpt_dir, old)
         os.replace(tmp, self.ckpt_dir)
         shutil.rmtree(old, ignore_errors=True)
+        if snap:  # RUN/snapshots/agent_<ticks>.pt, written atomically (a kill leaves no half file)
+            d = os.path.join(self.cfg.out, "snapshots")
+            os.makedirs(d, exist_ok=True)
+            with open(os.path.join(self.ckpt_dir, "agent.pt"), "rb") as f:
+                atomic_write_bytes(os.path.join(d, f"agent_{self.ticks:07d}.pt"), f.read())
 
     def load(self) -> None:
         from policies.common.replay import ReplayBuffer
@@ -301,6 +313,7 @@ class Session:
                           chunk=chunk_n.numpy().astype(np.float32), intervention=flagged)
                 interventions += int(flagged)
                 end = bool(term or trunc or ticks >= self.max_ticks)
+                tr.update(rows=np.asarray(st.rows, np.int32), truncated=bool(end and not term))
                 losses = self.record(tr, st.rows, end, {"seed": int(seed), "success": success, "ticks": ticks,
                                                            "steps": steps, "return": float(ret),
                                                            "interventions": interventions,

@@ -92,8 +92,11 @@ def demo_transitions(agent, roots: list[str] | tuple[str, ...], instruction: str
                 rows = np.concatenate([rows, np.repeat(rows[-1:], n - len(rows), 0)])
             chunk_n = vla.clip_normalized_actions(vla.normalize_actions(torch.from_numpy(rows))).numpy().astype(np.float32)
             last = j == len(starts) - 1
+            # rows: the ticks between the two frames (the value target's per-tick discount); a failed demo's
+            # last step is cut by the recording's end, not by a terminal state (the target's time limit)
             trs.append(dict(obs=aobs(s), action=zeros, reward=float(last and success), next_obs=aobs(s2),
-                            done=bool(last and success), chunk=chunk_n, intervention=True))
+                            done=bool(last and success), chunk=chunk_n, intervention=True,
+                            rows=np.asarray(max(s2 - s, 1), np.int32), truncated=bool(last and not success)))
         report["episodes"] += 1
         report["successes"] += int(success)
     report["transitions"] = len(trs)

@@ -8,7 +8,10 @@ One transition is ``(obs, action, reward, next_obs, done, **extras)``:
 * ``reward``: a finite float; ``done``: True only at a *terminal* state (success, failure), not
   at a time-limit truncation, so the TD target still bootstraps through truncations;
 * ``extras``: more per-transition fields, by default ``intervention`` (bool): the human took over
-  for this step (HIL-SERL sends such transitions to both the online and the offline buffer).
+  for this step (HIL-SERL sends such transitions to both the online and the offline buffer). A session's
+  buffers also hold ``chunk`` (the executed chunk), ``rows`` (int32: control ticks the step executed) and
+  ``truncated`` (bool: a time limit ended the episode after this step, without a terminal state), which
+  the value target reads (``policies.common.sac_config.ValueTargetConfig``).
 
 Storage is preallocated ``[capacity, ...]`` arrays written as a ring: when full, the oldest
 transition is overwritten. ``next_obs`` is stored next to ``obs`` (twice the image memory, but no
@@ -31,6 +34,10 @@ import torch
 ObsSpec = Mapping[str, tuple[tuple[int, ...], Any]]
 
 DEFAULT_EXTRAS: dict[str, tuple[tuple[int, ...], Any]] = {"intervention": ((), np.bool_)}
+STEP_EXTRAS: dict[str, tuple[tuple[int, ...], Any]] = {"rows": ((), np.int32), "truncated": ((), np.bool_)}
+"""Per-transition facts a session's buffers store beside the executed chunk, which the value target reads: the
+control ticks the macro-step executed (``rows``: a per-tick discount) and whether a time limit ended the episode
+there (``truncated``: the env's truncation or the session's ``max_episode_ticks``, without a terminal state)."""
 _FORMAT = 1
 
 
@@ -143,12 +150,12 @@ class ReplayBuffer:
         return batch
 
     def sample(self, batch_size: int, rng: np.random.Generator, device: torch.device | str = "cpu",
-               n_step: int | None = None, gamma: float = 0.99) -> dict[str, Any]:
+               n_step: int | None = None, gamma: float = 0.99, **target: Any) -> dict[str, Any]:
         """``batch_size`` transitions drawn uniformly with replacement, as torch tensors (see ``gather``);
         with ``n_step``, as n-step transitions (``n_step_gather``: ``reward`` summed, ``next_obs`` / ``done``
-        of the last step, and ``discount``)."""
+        of the last step, and ``discount``; ``target``: its per_tick / reward_offset / time_limit)."""
         idx = self.indices(batch_size, rng)
-        return self.gather(idx, device) if n_step is None else self.n_step_gather(idx, n_step, gamma, device)
+        return self.gather(idx, device) if n_step is None else self.n_step_gather(idx, n_step, gamma, device, **target)
 
     # -- n-step returns --------------------------------------------------------------------------
     def continues(self, i: np.ndarray) -> np.ndarray:
@@ -164,39 +171,80 @@ class ReplayBuffer:
             ok &= (self.obs[k][j] == self.next_obs[k][i]).reshape(len(i), -1).all(axis=1)
         return ok
 
-    def n_step_returns(self, idx: np.ndarray, n: int, gamma: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """-> (the n-step reward sums float32, the ring index of each one's last step, gamma^m float32) for the
-        transitions at ``idx`` (see ``n_step_gather``)."""
+    def n_step_returns(self, idx: np.ndarray, n: int, gamma: float, *, per_tick: bool = False,
+                       reward_offset: float = 0.0,
+                       time_limit: str = "bootstrap") -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """-> (the n-step reward sums float32, the ring index of each one's last step, the discount of the
+        bootstrap float32) for the transitions at ``idx`` (see ``n_step_gather``)."""
         if n < 1:
             raise ValueError(f"n_step must be >= 1, got {n}")
         idx = np.asarray(idx)
-        ret = self.reward[idx].astype(np.float64)
+        step_discount = self._step_discount(gamma, per_tick)
+        ret = self.reward[idx].astype(np.float64) - reward_offset
         last = idx.copy()
-        disc = np.full(len(idx), float(gamma))
+        disc = step_discount(idx)
         alive = np.ones(len(idx), bool)
+        ends = self._ends(time_limit)
         for k in range(1, n):
-            alive &= self.continues(last)
+            alive &= self.continues(last) & ~ends[last]
             if not alive.any():
                 break
             nxt = (last[alive] + 1) % self.capacity
-            ret[alive] += gamma ** k * self.reward[nxt]
+            ret[alive] += disc[alive] * (self.reward[nxt] - reward_offset)
             last[alive] = nxt
-            disc[alive] = gamma ** (k + 1)
+            disc[alive] = disc[alive] * step_discount(nxt)
         return ret.astype(np.float32), last, disc.astype(np.float32)
 
-    def n_step_gather(self, idx: np.ndarray, n: int, gamma: float, device: torch.device | str = "cpu") -> dict[str, Any]:
-        """``gather(idx)`` as n-step transitions: ``reward`` = sum_{k<m} gamma^k r_{t+k} over the m <= n steps
-        that stay in the episode (stopping after a terminal one), ``next_obs`` and ``done`` those of step
-        t+m-1, ``discount`` = gamma^m (float32), so that the TD target is
-        ``reward + discount * (1 - done) * Q(next_obs, .)``. ``n = 1`` gives the one-step transitions and
-        ``discount`` = gamma."""
+    def _step_discount(self, gamma: float, per_tick: bool):
+        """index array -> the discount of each stored step: ``gamma``, or ``gamma ** rows`` (``per_tick``: gamma is
+        per control tick and the step executed ``rows`` of them)."""
+        if not per_tick:
+            return lambda i: np.full(len(i), float(gamma))
+        if "rows" not in self.extras:
+            raise ValueError("a per-tick discount (gamma_per_tick) needs the rows each step executed: this buffer "
+                             f"has no 'rows' extra (its extras: {sorted(self.extras)})")
+        rows = self.extras["rows"]
+
+        def discount(i: np.ndarray) -> np.ndarray:
+            r = rows[i]
+            if (r < 1).any():
+                raise ValueError("a per-tick discount (gamma_per_tick) needs every step's rows (>= 1): transitions "
+                                 "were added without rows= (ReplayBuffer.add(..., rows=np.asarray(n, np.int32)))")
+            return float(gamma) ** r.astype(np.float64)
+
+        return discount
+
+    def _ends(self, time_limit: str) -> np.ndarray:
+        """Which stored steps end the target's episode: terminal ones, and (``time_limit`` ``terminal``) truncated
+        ones too."""
+        if time_limit == "bootstrap":
+            return self.done
+        if time_limit != "terminal":
+            raise ValueError(f"time_limit must be 'bootstrap' or 'terminal', got {time_limit!r}")
+        if "truncated" not in self.extras:
+            raise ValueError("time_limit 'terminal' needs to know which steps a time limit cut: this buffer has no "
+                             f"'truncated' extra (its extras: {sorted(self.extras)})")
+        return self.done | self.extras["truncated"]
+
+    def n_step_gather(self, idx: np.ndarray, n: int, gamma: float, device: torch.device | str = "cpu", *,
+                      per_tick: bool = False, reward_offset: float = 0.0,
+                      time_limit: str = "bootstrap") -> dict[str, Any]:
+        """``gather(idx)`` as n-step transitions: ``reward`` = sum_{k<m} D_k (r_{t+k} - reward_offset) over the m <= n
+        steps that stay in the episode (stopping after a terminal one), ``next_obs`` and ``done`` those of step
+        t+m-1, ``discount`` = D_m (float32), so that the TD target is
+        ``reward + discount * (1 - done) * Q(next_obs, .)``. D_k is the product of the first k steps' discounts:
+        ``gamma`` each, or with ``per_tick`` ``gamma ** rows`` (the extra ``rows``: ticks the step executed).
+        ``time_limit`` ``terminal``: a step that a time limit cut (the extra ``truncated``) ends the return and
+        counts as done; ``bootstrap``: only terminal steps do. ``n = 1`` with the defaults gives the one-step
+        transitions and ``discount`` = gamma."""
         idx = np.asarray(idx)
-        ret, last, disc = self.n_step_returns(idx, n, gamma)
+        ret, last, disc = self.n_step_returns(idx, n, gamma, per_tick=per_tick, reward_offset=reward_offset,
+                                              time_limit=time_limit)
         batch = self.gather(idx, device)
         t = lambda x: torch.from_numpy(x).to(device)  # noqa: E731
         batch["reward"] = t(ret)
         batch["next_obs"] = {k: t(v[last]) for k, v in self.next_obs.items()}
-        batch["done"] = t(self.done[last].astype(np.float32))
+        batch["done"] = t(self._ends(time_limit)[last].astype(np.float32))
         batch["discount"] = t(disc)
         return batch
 
@@ -250,7 +298,7 @@ class ReplayBuffer:
 
 def sample_mixed(online: ReplayBuffer, offline: ReplayBuffer, batch_size: int, offline_fraction: float = 0.5,
                  rng: np.random.Generator | None = None, device: torch.device | str = "cpu",
-                 n_step: int | None = None, gamma: float = 0.99) -> dict[str, Any]:
+                 n_step: int | None = None, gamma: float = 0.99, **target: Any) -> dict[str, Any]:
     """RLPD's symmetric sampling: ``offline_fraction`` of the batch (rounded) from the offline
     buffer (demos, interventions), the rest from the online buffer; rows are online first.
 
@@ -264,7 +312,7 @@ def sample_mixed(online: ReplayBuffer, offline: ReplayBuffer, batch_size: int, o
     if online.obs_spec != offline.obs_spec or online.action_dim != offline.action_dim \
             or online.extras_spec != offline.extras_spec:
         raise ValueError("online and offline buffers hold different transitions (obs_spec, action_dim or extras)")
-    kw = {"n_step": n_step, "gamma": gamma}
+    kw = {"n_step": n_step, "gamma": gamma, **target}
     if len(offline) == 0:
         return online.sample(batch_size, rng, device, **kw)
     if len(online) == 0:

@@ -224,16 +224,18 @@ class SAC:
 
     # -- the update ------------------------------------------------------------------------------
     @torch.no_grad()
-    def td_target(self, next_feat: torch.Tensor, reward: torch.Tensor, done: torch.Tensor) -> torch.Tensor:
-        """y = r + gamma (1 - d) (min_{i in K} Qbar_i(s', a') - alpha log pi(a'|s')), a' ~ pi(.|s'),
-        K a random subset of ``critic_subset`` target critics (RLPD). -> [B]"""
+    def td_target(self, next_feat: torch.Tensor, reward: torch.Tensor, done: torch.Tensor,
+                  discount: torch.Tensor | None = None) -> torch.Tensor:
+        """y = r + gamma (1 - d) (Qbar(s', a') - alpha log pi(a'|s')), a' ~ pi(.|s'), Qbar the target critics
+        reduced by ``cfg.value.target_ensemble`` (default: the min over a random subset of ``critic_subset``,
+        RLPD). ``discount``: per-transition gamma^m of an n-step / per-tick batch (default ``cfg.gamma``). -> [B]"""
         next_action, next_log_pi = self.actor.sample(next_feat, generator=self.generator)
-        subset = torch.randperm(self.cfg.num_critics, generator=self.generator, device=self.device)
-        subset = subset[: self.cfg.critic_subset] if self.cfg.critic_subset < self.cfg.num_critics else None
-        next_q = self.critic_target(next_feat, next_action, members=subset).min(dim=0).values
+        next_q = ensemble_target(self.critic_target, next_feat, next_action, self.cfg.num_critics,
+                                 self.cfg.critic_subset, self.cfg.value, self.generator)
         if self.cfg.backup_entropy:
             next_q = next_q - self.alpha * next_log_pi
-        return reward + self.cfg.gamma * (1.0 - done) * next_q
+        gamma = self.cfg.gamma if discount is None else discount
+        return reward + gamma * (1.0 - done) * next_q
 
     def _critic_step(self, batch: dict[str, Any]) -> tuple[dict[str, torch.Tensor], torch.Tensor]:
         action, reward, done = batch["action"], batch["reward"], batch["done"]
@@ -242,7 +244,7 @@ class SAC:
         assert reward.shape == (B,) and done.shape == (B,), f"reward {tuple(reward.shape)}, done {tuple(done.shape)}"
         with torch.no_grad():
             next_feat = self.features(batch["next_obs"])
-        target = self.td_target(next_feat, reward, done)
+        target = self.td_target(next_feat, reward, done, batch.get("discount"))
 
         feat = self.features(batch["obs"])
         qs = self.critic(feat, action)  # [N, B]
@@ -346,6 +348,27 @@ class SAC:
         self.alpha_opt.load_state_dict(state["alpha_opt"])
         self.generator.set_state(state["generator"])
         self.critic_updates, self.actor_updates = int(state["critic_updates"]), int(state["actor_updates"])
+
+
+@torch.no_grad()
+def ensemble_target(critic_target: EnsembleCritic, s: torch.Tensor, a: torch.Tensor, num_critics: int,
+                    critic_subset: int, value, generator: torch.Generator) -> torch.Tensor:
+    """The target critics' value at (s', a') [B], reduced as ``value.target_ensemble`` says
+    (``policies.common.sac_config.ValueTargetConfig``): ``min_subset`` the min over ``critic_subset`` members drawn
+    from ``generator`` (RLPD; all members when the subset is the whole ensemble), ``mean`` their mean (DSRL-pi0),
+    ``mean_minus_std`` mean - k std. The subset is drawn in every mode, so that the RNG streams of two settings
+    stay paired."""
+    subset = torch.randperm(num_critics, generator=generator, device=s.device)
+    subset = subset[:critic_subset] if critic_subset < num_critics else None
+    mode = value.target_ensemble
+    if mode == "min_subset":
+        return critic_target(s, a, members=subset).min(dim=0).values
+    q = critic_target(s, a)  # [N, B]
+    if mode == "mean":
+        return q.mean(dim=0)
+    if mode == "mean_minus_std":
+        return q.mean(dim=0) - value.target_std_k * q.std(dim=0)
+    raise ValueError(f"target_ensemble must be min_subset, mean or mean_minus_std, got {mode!r}")
 
 
 def _to(x: Any, device: torch.device) -> Any:

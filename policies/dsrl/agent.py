@@ -60,10 +60,11 @@ import numpy as np
 import torch
 from torch import nn
 
+from policies.common.decisions import decision_indices
 from policies.common.encoders import SmallImageStateEncoder, count_parameters, shift_observations
 from policies.common.replay import ReplayBuffer, sample_mixed
 from policies.base import Act, Agent, check_handles
-from policies.common.sac import SAC, EnsembleCritic
+from policies.common.sac import SAC, EnsembleCritic, ensemble_target
 from policies.common.vla_features import SelectFeatures as _Select, SelectPrivileged as _SelectPrivileged
 from policies.common.vla_features import camera_layout as _camera_layout, embed_dim as _embed_dim
 from policies.common.vla_features import encoder_inputs, split_refusal as _split_refusal, summary_dim as _summary_dim
@@ -257,14 +258,16 @@ class DSRLAgent(Agent):
         """One update round (one per macro-step): ``sac.utd`` gradient steps by ``sac.update_schedule``,
         then, every ``diag_every`` rounds, the critic diagnostics (``critic_diagnostics``)."""
         bs = self.cfg.sac.batch_size
+        # the value target's returns: n-step, reward offset, time limit, per-tick discount (SACConfig.value)
+        kw = self.cfg.sac.value.sample_kwargs(self.cfg.sac.gamma, self.cfg.sac.n_step)
         if self.cfg.variant in ("sac", "action"):
             # the noise-space critic can only learn from transitions that have a noise action
-            info = self.sac.update_many(lambda: self._augment(online.sample(bs, rng)))
+            info = self.sac.update_many(lambda: self._augment(online.sample(bs, rng, **kw)))
         else:
             use_off = offline is not None and len(offline) > 0
 
             def sample() -> dict[str, Any]:
-                b = sample_mixed(online, offline, bs, 0.5, rng) if use_off else online.sample(bs, rng)
+                b = sample_mixed(online, offline, bs, 0.5, rng, **kw) if use_off else online.sample(bs, rng, **kw)
                 return self._augment(b)
 
             info = self._update_na(sample)
@@ -326,14 +329,16 @@ class DSRLAgent(Agent):
         # feat: the VLA's embedding, which pi_vla denoises from
         with torch.no_grad():
             s2, feat2 = sac.features(b["next_obs"]), b["next_obs"]["feat"]  # no target encoder (DrQ-v2)
-            # y = r + gamma (1 - d) (min_{i in K} Qbar^A_i(s', pi_vla(s', w')) - alpha log pi^W(w'|s'))
+            # y = r + gamma (1 - d) (min_{i in K} Qbar^A_i(s', pi_vla(s', w')) - alpha log pi^W(w'|s')); with
+            # n-step returns / a per-tick discount, r the summed return and gamma the batch's discount; the
+            # ensemble's reduction by cfg.value.target_ensemble (default RLPD's min over a random subset)
             w2, logp2 = sac.actor.sample(s2, generator=sac.generator)
             a2 = self.chunk(feat2, w2, normalized=True)[:, : self.exec_steps].reshape(len(s2), -1)
-            subset = torch.randperm(cfg.num_critics, generator=sac.generator)[: cfg.critic_subset]
-            q2 = self.qa_target(s2, a2, members=subset).min(dim=0).values
+            q2 = ensemble_target(self.qa_target, s2, a2, cfg.num_critics, cfg.critic_subset, cfg.value,
+                                 sac.generator)
             if cfg.backup_entropy:
                 q2 = q2 - sac.alpha * logp2
-            y = b["reward"] + cfg.gamma * (1.0 - b["done"]) * q2
+            y = b["reward"] + b.get("discount", cfg.gamma) * (1.0 - b["done"]) * q2
         s = sac.features(b["obs"])  # with gradient: Q^A's TD loss trains the encoder (cnn)
         qa = self.qa(s, self._qa_action(b))
         loss = ((qa - y.unsqueeze(0)) ** 2).mean(dim=1).sum()
@@ -361,17 +366,19 @@ class DSRLAgent(Agent):
 
     @torch.no_grad()
     def critic_diagnostics(self, online: ReplayBuffer) -> dict[str, float]:
-        """Does the critic give the actor a signal? At the first ``diag_states`` states of ``online``
-        (fixed until the ring wraps) and ``diag_noises`` fixed noises w ~ N(0, I) (clipped; drawn from
+        """Does the critic give the actor a signal? At the first ``diag_states`` decision states of ``online``
+        (``policies.common.decisions``: the executed chunk closes or opens the gripper; the first states of the
+        buffer until there is one, ``diag/at_decision_states`` 0) and ``diag_noises`` fixed noises w ~ N(0, I) (clipped; drawn from
         their own seeded generator, so the training RNG streams are untouched): the spread over w of
         Q^W(s, w) and (NA) of Q^A(s, pi_vla(s, w)), as the std and the max - min over w, averaged over
         the states (flat spreads: the actor sees no gradient). ``qw_policy_gain``: Q^W at the policy's
         mean noise minus its mean over the random noises (> 0: the actor has found noises its critic
         prefers). Critics are ensemble means."""
-        k = min(self.cfg.diag_states, len(online))
+        idx, at_decisions = decision_indices(online, self.vla, self.cfg.diag_states)
+        k = len(idx)
         if k == 0:
             return {}
-        obs = online.gather(np.arange(k))["obs"]
+        obs = online.gather(idx)["obs"]
         s = self.sac.features(obs)
         m, d = self.cfg.diag_noises, self.noise_dim
         b = self.sac.actor.action_scale
@@ -388,6 +395,7 @@ class DSRLAgent(Agent):
             a = self.chunk(feat, w_rep, normalized=True, generator=torch.Generator().manual_seed(1))
             a = a[:, : self.exec_steps].reshape(k * m, -1)
             out.update(_spread("diag/qa", self.qa(s_rep, a).mean(dim=0).reshape(k, m)))
+        out["diag/at_decision_states"] = float(at_decisions)
         return out
 
     # -- exact resume --------------------------------------------------------------------------

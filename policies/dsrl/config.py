@@ -6,7 +6,7 @@ from __future__ import annotations
 import dataclasses
 from typing import ClassVar
 
-from policies.common.sac_config import SACConfig
+from policies.common.sac_config import SACConfig, ValueTargetConfig
 
 VARIANTS = ("sac", "na", "action")
 ENCODERS = ("vla", "cnn", "oracle")
@@ -49,14 +49,16 @@ class DSRLConfig:
     states) every this many update rounds, logged with the losses (0: never; the policy's log std, |mean|,
     entropy and alpha are logged every round regardless)."""
     diag_states: int = 8
-    """Critic diagnostics: the first this many states of the online buffer."""
+    """Critic diagnostics: the first this many decision states of the online buffer (where the executed chunk
+    closes or opens the gripper, ``policies.common.decisions``; the buffer's first states until one exists)."""
     diag_noises: int = 32
     """Critic diagnostics: this many fixed noises w ~ N(0, I) per state."""
     image_size: int = 64
     """cnn: side of the square uint8 camera frames the encoder reads (and the replay buffers store)."""
     image_pad: int = 4
     """cnn: DrQ random shift of the replayed frames by up to +-image_pad pixels per critic update (0: none)."""
-    sac: SACConfig = SACConfig(utd=20, init_log_std=0.0, init_temperature=0.01, backup_entropy=False)
+    sac: SACConfig = SACConfig(utd=20, init_log_std=0.0, init_temperature=0.01, backup_entropy=False,
+                               value=ValueTargetConfig(time_limit="terminal"))
     """SAC settings (action_scale is set from noise_bound, or action_bound for variant action). Against
     the reference codes (``ajwagen/dsrl`` on robomimic, ``nakamotoo/dsrl_pi0``):
 
@@ -72,6 +74,9 @@ class DSRLConfig:
       use 0, measured in [-1, 1] on robomimic, i.e. d log b in our [-b, b] convention).
     * ``init_log_std`` 0 (SB3's ``log_std_init`` 0 on robomimic): the first noise policy is
       b tanh(N(0, I)), close to the N(0, I) the VLA denoises, so a session starts at the base VLA.
+    * ``value.time_limit`` ``terminal`` (issue 61; DSRL's robomimic runs end the episode at the time limit): a
+      failure that ran out of time is not valued as a later success (``tests/policies/test_value_target.py``'s
+      MDP; ``bench/critic_truth.py``). The reward stays 0 / 1 (both references: -1 per step, 0 at success).
     * ``backup_entropy`` False (both references subtract alpha log pi in the TD target): sparse 0 / 1
       rewards (SERL); no entropy bonus inflates Q^A where no reward was ever seen.
     * Networks: ``hidden`` (256, 256) with LayerNorm, 10 critics, actor on the ensemble mean (RLPD);

@@ -55,7 +55,7 @@ from torch import nn
 from policies.base import Act, Agent, check_handles
 from policies.common.encoders import SmallImageStateEncoder, count_parameters, shift_observations
 from policies.common.replay import ReplayBuffer, sample_mixed
-from policies.common.sac import EnsembleCritic
+from policies.common.sac import EnsembleCritic, ensemble_target
 from policies.common.vla_features import SelectFeatures, SelectPrivileged, camera_layout, embed_dim, encoder_inputs
 from policies.common.vla_features import split_refusal as _split_refusal, summary_dim
 from policies.residual.config import ResidualConfig
@@ -261,7 +261,7 @@ class ResidualAgent(Agent):
         use_off = offline is not None and len(offline) > 0
         closs, aloss = [], []
         for _ in range(cfg.utd):
-            kw = {"n_step": cfg.n_step, "gamma": cfg.gamma}
+            kw = cfg.value.sample_kwargs(cfg.gamma, cfg.n_step)  # n-step returns, offset, time limit, per tick
             b = sample_mixed(online, offline, cfg.batch_size, 0.5, rng, **kw) if use_off \
                 else online.sample(cfg.batch_size, rng, **kw)
             if cfg.encoder == "cnn" and cfg.image_pad:
@@ -287,8 +287,8 @@ class ResidualAgent(Agent):
             eps = (cfg.target_noise * torch.randn(d2.shape, generator=self.generator)).clamp(-cfg.target_noise_clip,
                                                                                              cfg.target_noise_clip)
             a2 = self.executed(base2, (d2 + eps).clamp(-cfg.residual_bound, cfg.residual_bound))
-            subset = torch.randperm(cfg.num_critics, generator=self.generator)[: cfg.critic_subset]
-            q2 = self.critic_target(s2, a2, members=subset).min(dim=0).values
+            q2 = ensemble_target(self.critic_target, s2, a2, cfg.num_critics, cfg.critic_subset, cfg.value,
+                                 self.generator)
             y = b["reward"] + b["discount"] * (1.0 - b["done"]) * q2  # discount: gamma^(steps summed)
         s = self.encoder(b["obs"])  # with gradient: the critic's TD loss trains the cnn encoder
         q = self.critic(s, b["chunk"].reshape(len(s), -1))

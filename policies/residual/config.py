@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import dataclasses
 
+from policies.common.sac_config import ValueTargetConfig
+
 ENCODERS = ("vla", "cnn", "oracle")
 ROWS = ("each", "shared")
 BASE_NOISE = ("sample", "zero")
@@ -68,6 +70,11 @@ class ResidualConfig:
     """TD over n macro-steps: the critic's target sums the rewards of up to n stored steps of the episode before it
     bootstraps (``ReplayBuffer.n_step_gather``). ResFiT's paper runs use 3-7 steps (with gamma 0.995 per env
     step); 1 is plain one-step TD."""
+    value: ValueTargetConfig = ValueTargetConfig(time_limit="terminal")
+    """The TD target's reward offset, time-limit handling, per-tick discount (which replaces ``gamma``) and ensemble
+    reduction (``policies.common.sac_config.ValueTargetConfig``). Default: the time limit ends the target's episode
+    (issue 61: a bootstrapped limit values a failure that ran out of time as a later success;
+    ``tests/policies/test_value_target.py``), the rest as ResFiT / RLPD."""
     tau: float = 0.005
     """Polyak rate of the target critic and target actor (ResFiT: 0.005)."""
     num_critics: int = 10

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import torch
 
-from policies.common.replay import ReplayBuffer
+from policies.common.replay import STEP_EXTRAS, ReplayBuffer
 from policies.common.sac import SACConfig
 from policies.dsrl import DSRLAgent, DSRLConfig
 
@@ -40,7 +40,7 @@ def run_bandit(variant: str, updates: int = 250) -> float:
                      sac=SACConfig(utd=2, batch_size=64, num_critics=2, hidden=(64, 64), init_temperature=0.01,
                                    backup_entropy=False, gamma=0.0))
     agent = DSRLAgent(vla, cfg, seed=0)
-    buf = ReplayBuffer(10_000, {"feat": ((4,), np.float32)}, agent.noise_dim, {"chunk": ((2, 2), np.float32)})
+    buf = ReplayBuffer(10_000, {"feat": ((4,), np.float32)}, agent.noise_dim, {"chunk": ((2, 2), np.float32), **STEP_EXTRAS})
     rng = np.random.default_rng(0)
     feat = torch.ones(1, 4)
     target = torch.tensor([[0.5, 0.5], [0.5, 0.5]])  # the base VLA (noise ~ N(0, I)) sits near -0.6
@@ -126,7 +126,7 @@ def test_agent_state_round_trip_gives_identical_updates():
     cfg = DSRLConfig(variant="na", distill_steps=1,
                      sac=SACConfig(utd=1, batch_size=8, num_critics=2, hidden=(16,)))
     a = DSRLAgent(vla, cfg, seed=1)
-    buf = ReplayBuffer(100, {"feat": ((4,), np.float32)}, 4, {"chunk": ((2, 2), np.float32)})
+    buf = ReplayBuffer(100, {"feat": ((4,), np.float32)}, 4, {"chunk": ((2, 2), np.float32), **STEP_EXTRAS})
     rng = np.random.default_rng(0)
     for i in range(20):
         buf.add({"feat": np.ones(4, np.float32)}, rng.normal(size=4).astype(np.float32), float(i % 2),
@@ -196,7 +196,7 @@ def test_cnn_encoder_learns_which_noise_the_image_rewards(variant):
     n = agent.parameter_counts()
     print(f"cnn {variant}: parameters {n}")
     assert n["total"] < 1_000_000 and n["encoder"] > 0 and n["total"] == sum(v for k, v in n.items() if k != "total")
-    buf = ReplayBuffer(10_000, agent.obs_spec, agent.noise_dim, {"chunk": ((2, 2), np.float32)})
+    buf = ReplayBuffer(10_000, agent.obs_spec, agent.noise_dim, {"chunk": ((2, 2), np.float32), **STEP_EXTRAS})
     rng = np.random.default_rng(0)
     for i in range(200):
         ctx = i % 2
@@ -251,7 +251,7 @@ def test_cnn_layout_parameter_counts_and_which_loss_trains_the_encoder():
 
 
 def _cnn_buffer(agent: DSRLAgent, n: int = 24, capacity: int = 100) -> ReplayBuffer:
-    buf = ReplayBuffer(capacity, agent.obs_spec, agent.noise_dim, {"chunk": ((2, 2), np.float32)})
+    buf = ReplayBuffer(capacity, agent.obs_spec, agent.noise_dim, {"chunk": ((2, 2), np.float32), **STEP_EXTRAS})
     rng = np.random.default_rng(3)
 
     def obs() -> dict:  # random frames: every pixel matters for an exact round trip
@@ -327,7 +327,7 @@ def _oracle_error(variant: str, privileged: dict[int, np.ndarray]) -> list[float
     all the oracle encoder sees of the context. -> each context's squared error of the greedy chunk."""
     torch.manual_seed(0)
     agent = _oracle_agent(variant)
-    buf = ReplayBuffer(10_000, agent.obs_spec, agent.noise_dim, {"chunk": ((2, 2), np.float32)})
+    buf = ReplayBuffer(10_000, agent.obs_spec, agent.noise_dim, {"chunk": ((2, 2), np.float32), **STEP_EXTRAS})
     rng = np.random.default_rng(0)
 
     def obs(ctx: int) -> dict:

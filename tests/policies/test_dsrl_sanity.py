@@ -28,7 +28,7 @@ import numpy as np
 import pytest
 import torch
 
-from policies.common.replay import ReplayBuffer
+from policies.common.replay import STEP_EXTRAS, ReplayBuffer
 from policies.dsrl import DSRLAgent, DSRLConfig
 
 # tens of CPU seconds each, several minutes of wall clock on a loaded 2-core machine: above pytest's 300 s default
@@ -143,7 +143,7 @@ def train(variant: str, kind: str, seed: int, replace_noise: bool = False, **ove
     agent = DSRLAgent(NoiseFlow(replace_noise, seed).requires_grad_(False), sanity_config(variant, **overrides),
                       seed=seed)
     task = SceneTask(kind)
-    buf = ReplayBuffer(20_000, agent.obs_spec, agent.noise_dim, {"chunk": ((H, A), np.float32)})
+    buf = ReplayBuffer(20_000, agent.obs_spec, agent.noise_dim, {"chunk": ((H, A), np.float32), **STEP_EXTRAS})
     rng = np.random.default_rng(seed)
     warmup, episodes = BUDGET[kind]
     first = last = {}

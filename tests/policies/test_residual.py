@@ -20,7 +20,7 @@ import numpy as np
 import pytest
 import torch
 
-from policies.common.replay import ReplayBuffer
+from policies.common.replay import STEP_EXTRAS, ReplayBuffer
 from policies.residual.agent import ResidualAgent
 from policies.residual.config import ResidualConfig
 
@@ -76,7 +76,7 @@ def train(blind: bool, seed: int = 0, steps: int = 1000, **over) -> tuple[float,
     vla = OffsetVLA()
     before = vla.w.detach().clone()
     agent = ResidualAgent(vla, cfg, seed=seed)
-    buf = ReplayBuffer(steps + 1, agent.obs_spec, agent.action_dim, {"chunk": (agent.chunk_shape, np.float32)})
+    buf = ReplayBuffer(steps + 1, agent.obs_spec, agent.action_dim, {"chunk": (agent.chunk_shape, np.float32), **STEP_EXTRAS})
     rng = np.random.default_rng(seed)
     for i in range(steps):
         feat = scene(rng)
@@ -135,7 +135,7 @@ def test_resume_from_state_dict_gives_the_same_updates_and_actions():
                          actor_every=1)
 
     def fill(agent, n, rng):
-        buf = ReplayBuffer(64, agent.obs_spec, agent.action_dim, {"chunk": (agent.chunk_shape, np.float32)})
+        buf = ReplayBuffer(64, agent.obs_spec, agent.action_dim, {"chunk": (agent.chunk_shape, np.float32), **STEP_EXTRAS})
         for _ in range(n):
             feat = scene(rng)
             aobs = aobs_of(agent, feat, blind=False)
@@ -172,7 +172,7 @@ def test_the_residual_penalty_keeps_an_uninformed_residual_at_zero_and_lets_an_i
                              batch_size=64, utd=4, actor_every=1, critic_warmup=20, actor_lr=1e-3, critic_lr=1e-3,
                              residual_penalty=penalty)
         agent = ResidualAgent(OffsetVLA(), cfg, seed=0)
-        buf = ReplayBuffer(500, agent.obs_spec, agent.action_dim, {"chunk": (agent.chunk_shape, np.float32)})
+        buf = ReplayBuffer(500, agent.obs_spec, agent.action_dim, {"chunk": (agent.chunk_shape, np.float32), **STEP_EXTRAS})
         rng = np.random.default_rng(0)
         for _ in range(300):
             aobs = aobs_of(agent, scene(rng), blind=False)

@@ -180,3 +180,27 @@ def test_the_session_package_never_names_a_method():
     hits = [f"{p.relative_to(ROOT)}:{i}: {line.strip()}" for p in sorted((ROOT / "session").glob("*.py"))
             for i, line in enumerate(p.read_text().splitlines(), 1) if pattern.search(line)]
     assert not hits, "\n".join(hits)
+
+
+def test_the_session_stores_rows_and_time_limit_cuts_and_keeps_agent_snapshots(toy, tmp_path):
+    """Every stored step says how many ticks it executed and whether a time limit (not a terminal state) ended the
+    episode after it (the value target reads both, issue 61); --snapshot-every keeps the agent as it learned."""
+    from policies.common.replay import ReplayBuffer
+    from session.runner import run_session
+
+    torch.set_num_threads(1)
+    summary = run_session(_cfg(tmp_path / "run", snapshot_every=16), make_env(), StubVLA(), progress=False)
+    online = ReplayBuffer.load(tmp_path / "run/checkpoint/online.npz")
+    n = len(online)
+    rows, trunc, done = online.extras["rows"][:n], online.extras["truncated"][:n], online.done[:n]
+    assert rows.sum() == summary["ticks"] and set(rows.tolist()) <= {1, 2, 3, 4}
+    assert not (trunc & done).any()
+    eps = [json.loads(x) for x in open(tmp_path / "run/episodes.jsonl")]
+    ends = np.flatnonzero(trunc | done)  # every episode ends in exactly one of the two
+    assert len(ends) == len(eps) and ends[-1] == n - 1
+    assert [bool(done[i]) for i in ends] == [bool(e["success"]) for e in eps]
+    snaps = sorted((tmp_path / "run/snapshots").glob("agent_*.pt"))
+    ticks = [int(p.stem.split("_")[1]) for p in snaps]
+    assert len(ticks) >= 2 and ticks == sorted(set(ticks))
+    assert [t // 16 for t in ticks] == sorted(set(t // 16 for t in ticks))  # one per multiple passed
+    assert isinstance(torch.load(snaps[-1], weights_only=False), dict)

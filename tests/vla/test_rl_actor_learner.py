@@ -118,6 +118,22 @@ def test_wire_refuses_other_versions_types_and_fields_by_name():
     assert e.value.code == "non_finite" and e.value.field == "reward"
 
 
+def test_a_time_limit_cut_and_the_rows_cross_the_wire_and_a_contradiction_is_refused():
+    """The value target's facts (issue 61): ``truncated`` travels as a bool and ``rows`` is the message's ticks; a
+    step both terminal and cut by the time limit, or a non-bool ``truncated``, is refused naming the field."""
+    tr, msg = _transition(SPEC, end=True, truncated=True)
+    t = check_transition(unpack(pack(msg)), SPEC, episode=0)
+    assert t.tr["truncated"] is True and t.tr["rows"] == 8 and t.tr["rows"].dtype == np.int32
+    frames = pack(msg)
+    for bad in (1, "yes", None):
+        with pytest.raises(ProtocolError) as e:
+            check_transition(unpack(_header_edit(frames, truncated=bad)), SPEC)
+        assert e.value.field == "truncated"
+    with pytest.raises(ProtocolError) as e:
+        check_transition(unpack(_header_edit(frames, done=True)), SPEC)
+    assert e.value.field == "truncated"
+
+
 def test_an_agents_episode_log_crosses_the_wire_and_a_malformed_one_is_refused_by_name():
     """``episode_info.agent`` (``Agent.episode_log``: SARL's prompt sequence) is carried when it is plain JSON
     data with string keys; anything else (generated: other types, non-finite numbers) is refused naming it."""

@@ -215,7 +215,7 @@ def test_relative_actions_make_the_action_units_unsupported(tiny_lerobot_factory
 @pytest.mark.parametrize("variant", ["na", "sac"])
 def test_dsrl_acts_and_updates_on_the_smolvla_adapter_through_the_handles(tiny_lerobot_factory, variant):
     """DSRL on a LeRobot backbone with only the VLA interface: build, act, one update."""
-    from policies.common.replay import ReplayBuffer
+    from policies.common.replay import STEP_EXTRAS, ReplayBuffer
     from policies.common.sac import SACConfig
     from policies.dsrl import DSRLAgent, DSRLConfig
 
@@ -227,7 +227,7 @@ def test_dsrl_acts_and_updates_on_the_smolvla_adapter_through_the_handles(tiny_l
     h, a = vla.action_shape
     chunk_shape = (agent.exec_steps, agent.chunk_dim // agent.exec_steps)
     assert chunk_shape == (h, a)  # Q^A reads the real action dims, not the padded noise width
-    buf = ReplayBuffer(16, agent.obs_spec, agent.noise_dim, {"chunk": (chunk_shape, np.float32)})
+    buf = ReplayBuffer(16, agent.obs_spec, agent.noise_dim, {"chunk": (chunk_shape, np.float32), **STEP_EXTRAS})
     rng = np.random.default_rng(0)
     for i in range(4):
         feat, feat2 = agent.embed(_obs(i)), agent.embed(_obs(i + 1))
