@@ -26,15 +26,37 @@ class SelectFeatures(nn.Module):
         return obs["feat"][:, : self.out_dim]
 
 
+PRIVILEGED_POS_SCALE = 0.02
+"""Metres per unit of the oracle's object-to-gripper offsets: the decisive 1-4 cm of a grasp or a release become
+0.5-2 units, the size of the VLA features beside them (std about 0.5); raw metres (0.01-0.04) were too small for
+the critic's first layer to weigh against 256 features (issue 61)."""
+PRIVILEGED_EE_SCALE = 0.1
+"""Metres per unit of the oracle's absolute end-effector position (a workspace of some 0.3 m spans a few units)."""
+
+
+def privileged_scale(privileged_dim: int) -> torch.Tensor:
+    """Per-column multipliers of the privileged vector (``vla.oracle_env``: N object offsets [3N], N quaternions
+    [4N], the end-effector position [3], the gripper opening [1]): offsets / PRIVILEGED_POS_SCALE, quaternions and
+    the opening (already O(1)) as they are, the end-effector position / PRIVILEGED_EE_SCALE. A vector of another
+    length (an ``--env`` of the user's own with a ``privileged`` field) is read as it is."""
+    n, rest = divmod(privileged_dim - 4, 7)
+    if n < 1 or rest:
+        return torch.ones(privileged_dim)
+    return torch.cat([torch.full((3 * n,), 1.0 / PRIVILEGED_POS_SCALE), torch.ones(4 * n),
+                      torch.full((3,), 1.0 / PRIVILEGED_EE_SCALE), torch.ones(1)])
+
+
 class SelectPrivileged(SelectFeatures):
-    """Encoder ``oracle``: the VLA features' summary and the privileged state, concatenated."""
+    """Encoder ``oracle``: the VLA features' summary and the privileged state, the latter scaled to the features'
+    size (``privileged_scale``), concatenated."""
 
     def __init__(self, dim: int, privileged_dim: int) -> None:
         super().__init__(dim)
         self.summary_dim, self.out_dim = dim, dim + privileged_dim
+        self.register_buffer("scale", privileged_scale(privileged_dim), persistent=False)
 
     def forward(self, obs: dict[str, torch.Tensor]) -> torch.Tensor:
-        return torch.cat([obs["feat"][:, : self.summary_dim], obs["privileged"]], dim=1)
+        return torch.cat([obs["feat"][:, : self.summary_dim], obs["privileged"] * self.scale], dim=1)
 
 
 def camera_layout(cfg, observation_space) -> dict[str, Any]:

@@ -381,3 +381,21 @@ def test_oracle_encoder_layout_and_refusals():
         _camera_layout(DSRLConfig(encoder="oracle"), space)
     space.spaces["privileged"] = gym.spaces.Box(-1, 1, (25,))
     assert _camera_layout(DSRLConfig(encoder="oracle"), space) == {"privileged_dim": 25}
+
+
+def test_the_oracle_reads_object_offsets_in_units_of_2_cm():
+    """Issue 61: the privileged object-to-gripper offsets enter the critic scaled to the features' size (1 unit =
+    2 cm), quaternions and the opening as they are, the end-effector position in 10 cm; another layout unscaled."""
+    import torch
+
+    from policies.common.vla_features import SelectPrivileged, privileged_scale
+
+    sc = privileged_scale(7 * 2 + 4)
+    assert torch.equal(sc[:6], torch.full((6,), 50.0)) and torch.equal(sc[6:14], torch.ones(8))
+    assert torch.equal(sc[14:17], torch.full((3,), 10.0)) and float(sc[17]) == 1.0
+    assert torch.equal(privileged_scale(3), torch.ones(3))
+    enc = SelectPrivileged(2, 18)
+    priv = torch.zeros(1, 18)
+    priv[0, 0] = 0.02
+    out = enc({"feat": torch.ones(1, 4), "privileged": priv})
+    assert out.shape == (1, 20) and float(out[0, 2]) == pytest.approx(1.0)
