@@ -1,0 +1,614 @@
+"""Do the critics rank actions as Monte-Carlo truth does, at the states that decide the outcome? (issue 61)
+
+One bench for every critic-based method (DSRL-NA's Q^A and Q^W, the residual agent's Q). Two steps:
+
+1. ``truth`` (the expensive one, shared by every critic of the same base, task and execution):
+   * the base VLA (``--checkpoint``, its own sampled noise, as ``vla eval --noise sample``; the checkpoint's
+     gripper execution) plays ``--scenes`` evaluation scenes; each rollout's **decision states** are found by
+     the simulator's predicates (PRIVILEGED: read off the sim's object poses, which no real robot has): the
+     state before the macro-step that first commands a close, the one that first commands a release, and the
+     one in which each of the task's sub-goals is first reached (``hardware.sim_tasks.Task.subgoals``: the
+     grasp, the cube over its target, the first contact on it, the release); plus ``--random-states`` random
+     states of the rollout (labelled ``random``);
+   * at each, K candidate actions of ``--exec-steps`` rows: ``--noises`` chunks the VLA denoises from noises
+     w ~ N(0, I) clipped to +-``--noise-bound`` (DSRL's actions) and ``--residuals`` chunks base + delta, the
+     noise-free base chunk plus one offset per action dim shared by the rows, uniform in +-``--residual-bound``
+     (the residual agent's), and delta = 0;
+   * for each candidate, ``--continuations`` rollouts from the state: reset the scene, replay the prefix (the
+     replayed state is checked: ``replay_state_error``), execute the candidate, finish with the base VLA (its
+     noise drawn from streams shared by all candidates of the state: common random numbers). Recorded: success
+     and the macro-steps to the episode's end.
+2. ``score``: each ``--run NAME=RUN_DIR`` (a `vla rl` session of method dsrl variant na or residual, encoder vla,
+   the same exec_steps; ``--snapshot-every`` keeps its agent as it learns) is loaded at every snapshot and its
+   final checkpoint; its critic is evaluated at the same states and candidates.
+
+Figures, per checkpoint:
+* ``median_spearman``: the median over decision states whose true success spread across candidates
+  (max - min of the per-candidate success rates) is >= ``--min-spread`` of the per-state Spearman correlation
+  between the critic and the true success rate (``spearman_random``: the same at the random states);
+* ``calibration_error``: the mean |Q - G| over states and candidates, G the Monte-Carlo return *in the run's own
+  target units* (its reward offset c, discount per macro-step or per tick, the episode ending at success or at
+  the time limit: G = gamma^(L-1) [success] - c (1 - gamma^L) / (1 - gamma) over the L macro-steps left); a
+  target that bootstraps through the time limit estimates an infinite-horizon value, so its error against the
+  episode's return is the bias the time limit hides. ``calibration_error_rel`` divides it by the target's range at
+  the state (success at once against failure to the limit), so settings of different units compare;
+* ``split_half_spearman``: the truth against itself (two halves of the continuations), the ceiling that the
+  Monte-Carlo noise leaves any critic.
+
+Writes ``bench/results/<name>.json`` (``summary[task][method][setting]``: ``median_spearman`` and
+``calibration_error`` of the last checkpoint, and per checkpoint) and a PNG beside it; the truth is kept in
+``<name>_truth.json`` so that new runs are scored without new rollouts (``--truth FILE``).
+
+    python -m bench.critic_truth --checkpoint vla/checkpoints/base --task stack_cubes --scenes 6 --jobs 2 \\
+        --run legacy=runs/ct/legacy --run chosen=runs/ct/chosen
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as _dt
+import json
+import os
+import pathlib
+import platform
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from concurrent.futures import ProcessPoolExecutor
+from multiprocessing import get_context
+
+import numpy as np
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+GRIPPER_THRESHOLD = 0.5  # robot units, robot_io.gripper's snap point (policies.common.decisions)
+
+
+# -- step 1: the truth -----------------------------------------------------------------------------------------
+def _objects(priv: np.ndarray, names: list[str]) -> tuple[dict, np.ndarray, float]:
+    """The privileged vector (vla.oracle_env) -> ({name: Pose7}, ee position, gripper opening)."""
+    n = len(names)
+    rel, quat = priv[: 3 * n].reshape(n, 3), priv[3 * n: 7 * n].reshape(n, 4)
+    ee, grip = priv[7 * n: 7 * n + 3].astype(np.float64), float(priv[7 * n + 3])
+    return {nm: np.concatenate([rel[i] + ee, quat[i]]) for i, nm in enumerate(names)}, ee, grip
+
+
+def decision_steps(task, names: list[str], privs: list[np.ndarray], grips: list[np.ndarray],
+                   rng: np.random.Generator, random_states: int) -> dict[int, list[str]]:
+    """{macro-step j: labels}: j is the state before the macro-step in which the event happened. ``privs``: the
+    privileged vector after each macro-step (index 0: after the reset); ``grips``: each executed chunk's opening
+    commands (robot units)."""
+    out: dict[int, list[str]] = {}
+    closed = False
+    for j, g in enumerate(grips):
+        shut = g < GRIPPER_THRESHOLD
+        if not closed and shut.any():
+            out.setdefault(j, []).append("close")
+            closed = True
+        elif closed and (~shut).any() and "release" not in sum(out.values(), []):
+            out.setdefault(j, []).append("release")
+    reached: set[str] = set()
+    for j in range(len(grips)):
+        objs, ee, grip = _objects(privs[j + 1], names)
+        for k, v in task.subgoals(objs, ee, grip).items():
+            if v and k not in reached:
+                reached.add(k)
+                out.setdefault(j, []).append(f"subgoal:{k}")
+    taken = set(out)
+    free = [j for j in range(len(grips)) if j not in taken]
+    for j in rng.choice(free, size=min(random_states, len(free)), replace=False) if free else []:
+        out.setdefault(int(j), []).append("random")
+    return dict(sorted(out.items()))
+
+
+def _worker(job: dict) -> list[dict]:
+    """One worker: its own sim bridge on leased ports; the base rollouts of its scenes, then every decision
+    state's candidates and continuations."""
+    import torch
+    from tqdm import tqdm
+
+    from hardware.sim_tasks import get_task
+    from robot_io.client import BridgeTimeout
+    from robot_io.ports import PortLease
+    from robot_io.robot import RobotClient
+    from robot_io.site import load_site, relocate_site, site_ports
+    from vla.commands._bridge import running_bridge
+    from vla.envs import VLAPolicy, episode_noise, resolve_gripper, task_env
+    from vla.models import load_vla
+    from vla.train import resolve_checkpoint
+
+    torch.set_num_threads(1)
+    ckpt = resolve_checkpoint(job["checkpoint"])
+    vla = load_vla(ckpt).eval()
+    gripper = resolve_gripper("auto", ckpt)
+    task = get_task(job["task"])
+    E, H = job["exec_steps"], None
+    rows: list[dict] = []
+    base_site = load_site(job["robot"])
+    with tempfile.TemporaryDirectory() as tmp, PortLease(len(site_ports(base_site))) as lease:
+        site = relocate_site(base_site, lease.ports, os.path.join(tmp, "site.yaml"))
+        lease.release()
+        with running_bridge(site, os.path.join(tmp, "bridge.log"), start="always"):
+            client = RobotClient(site)
+            try:
+                env = task_env(client, job["task"], privileged=True, gripper=gripper)
+                names = list(client.description["objects"])
+                max_ticks = min(env.max_ticks, job["max_ticks"] or env.max_ticks)
+
+                def feat_of(obs):
+                    with torch.no_grad():
+                        return vla.embed(VLAPolicy.batch(obs))
+
+                def chunk_of(feat, noise):
+                    with torch.no_grad():
+                        return vla.sample_actions_from_embedding(feat, noise=noise, normalized=True)[0, :E]
+
+                def play(seed: int, prefix: list[np.ndarray], first, stream, tries: int = 3) -> tuple[bool, int, float]:
+                    """``play_once``, again from the reset when the bridge did not answer in time (a loaded machine;
+                    the rollout is deterministic given its noise, so a retry measures the same thing)."""
+                    for attempt in range(tries):
+                        try:
+                            return play_once(seed, prefix, first, stream)
+                        except BridgeTimeout as e:
+                            if attempt == tries - 1:
+                                raise
+                            tqdm.write(f"[{job['worker']}] scene {seed}: bridge timeout ({e}); the rollout again")
+
+                def play_once(seed: int, prefix: list[np.ndarray], first, stream) -> tuple[bool, int, float]:
+                    """Reset, replay ``prefix`` (robot units), execute ``first`` (normalised), then the base VLA with
+                    noise from ``stream(k)`` to the end. -> (success, macro-steps after the prefix, replay error)."""
+                    obs, _ = env.reset(seed=seed)
+                    t = 0
+                    for ch in prefix:
+                        obs, *_ = env.step(ch)
+                        t += len(ch)
+                    err = float(np.max(np.abs(np.asarray(obs["privileged"], np.float64) - ref_priv)))
+                    steps, info, k = 0, {}, 0
+                    chunk_n = first
+                    while t < max_ticks:
+                        if chunk_n is None:
+                            chunk_n = chunk_of(feat_of(obs), stream(k))
+                            k += 1
+                        ch = vla.unnormalize_actions(chunk_n).numpy()[: max_ticks - t]
+                        obs, _, term, trunc, info = env.step(ch)
+                        t += len(ch)
+                        steps += 1
+                        chunk_n = None
+                        if term or trunc:
+                            break
+                    return bool(info.get("success", False)), steps, err
+
+                for scene in job["scenes"]:
+                    # the base rollout: its chunks, privileged states and gripper commands
+                    obs, _ = env.reset(seed=scene)
+                    prefix, privs, grips, feats, t = [], [np.asarray(obs["privileged"], np.float64)], [], [], 0
+                    obs_at = [obs]
+                    info, j = {}, 0
+                    while t < max_ticks:
+                        f = feat_of(obs)
+                        feats.append(f)
+                        ch = vla.unnormalize_actions(chunk_of(f, episode_noise(vla.noise_shape, scene, j))).numpy()
+                        ch = ch[: max_ticks - t]
+                        obs, _, term, trunc, info = env.step(ch)
+                        prefix.append(ch)
+                        grips.append(ch[:, -1].copy())
+                        privs.append(np.asarray(obs["privileged"], np.float64))
+                        obs_at.append(obs)
+                        t += len(ch)
+                        j += 1
+                        if term or trunc:
+                            break
+                    base_success = bool(info.get("success", False))
+                    steps = decision_steps(task, names, privs, grips, np.random.default_rng([scene, 7]),
+                                           job["random_states"])
+                    if job["base_success_only"] and not base_success:
+                        tqdm.write(f"[{job['worker']}] scene {scene}: skipped (--base-success-only)")
+                        continue
+                    if job["labels"]:  # only the events asked for (--labels)
+                        steps = {j: ls for j, ls in steps.items() if any(x in job["labels"] for x in ls)}
+                    tqdm.write(f"[{job['worker']}] scene {scene}: base {'success' if base_success else 'failure'} in "
+                               f"{len(prefix)} macro-steps; decision states {steps}")
+                    for j, labels in steps.items():
+                        if time.monotonic() > job["deadline"]:
+                            tqdm.write(f"[{job['worker']}] budget reached: stop before scene {scene} step {j}")
+                            return rows
+                        ref_priv = privs[j]
+                        feat = feats[j]
+                        rng = np.random.default_rng([scene, j, 1])
+                        H, A = (int(x) for x in vla.noise_shape)
+                        ws = np.clip(rng.standard_normal((job["noises"], H * A)), -job["noise_bound"],
+                                     job["noise_bound"]).astype(np.float32)
+                        cands = [chunk_of(feat, torch.from_numpy(w).reshape(1, H, A)) for w in ws]
+                        base0 = chunk_of(feat, torch.zeros(1, H, A))
+                        deltas = rng.uniform(-job["residual_bound"], job["residual_bound"],
+                                             (job["residuals"], base0.shape[-1])).astype(np.float32)
+                        deltas = np.concatenate([np.zeros((1, base0.shape[-1]), np.float32), deltas])
+                        for d in deltas:
+                            cands.append(vla.clip_normalized_actions(base0 + torch.from_numpy(d)[None]))
+                        kinds = ["noise"] * len(ws) + ["residual"] * len(deltas)
+                        success = np.zeros((len(cands), job["continuations"]), bool)
+                        left = np.zeros_like(success, dtype=np.int32)
+                        err = 0.0
+                        for c, cand in enumerate(tqdm(cands, desc=f"[{job['worker']}] {scene}/{j}", leave=False)):
+                            for m in range(job["continuations"]):
+                                def stream(k, m=m):  # shared by the candidates of this state (common random numbers)
+                                    return episode_noise(vla.noise_shape, scene * 7919 + j * 131 + m, k)
+                                success[c, m], left[c, m], e = play(scene, prefix[:j], cand, stream)
+                                err = max(err, e)
+                        rows.append(row := {"scene": int(scene), "step": int(j), "tick": int(sum(len(c) for c in prefix[:j])),
+                                     "labels": labels, "base_success": base_success, "replay_state_error": err,
+                                     "feat": feat[0].numpy().round(6).tolist(), "noises": ws.tolist(),
+                                     "kinds": kinds, "chunks": torch.stack(cands).numpy().round(6).tolist(),
+                                     "success": success.astype(int).tolist(), "steps_left": left.tolist(),
+                                     "max_macro_steps": int(-(-(max_ticks - sum(len(c) for c in prefix[:j])) // E))})
+                        with open(job["part"], "a") as f:  # kept as it is measured: a crash loses one state at most
+                            f.write(json.dumps(row) + "\n")
+                            f.flush()
+                            os.fsync(f.fileno())
+                        p = success.mean(1)
+                        tqdm.write(f"[{job['worker']}] scene {scene} step {j} {labels}: success by candidate "
+                                   f"{np.round(p, 2).tolist()} (spread {np.ptp(p):.2f}); replay error {err:.1e}")
+            finally:
+                client.close()
+    return rows
+
+
+def build_truth(args, parts_dir: pathlib.Path) -> dict:
+    """Every worker appends each finished state to ``parts_dir/worker<i>.jsonl``; the truth is what they hold at the
+    end, also when a worker died (its error is reported, the others' states are kept)."""
+    parts_dir.mkdir(parents=True, exist_ok=True)
+    for old in parts_dir.glob("worker*.jsonl"):
+        old.unlink()
+    scenes = [args.seed_start + i for i in range(args.scenes)]
+    deadline = time.monotonic() + args.budget_s
+    jobs = [{"worker": w, "scenes": scenes[w:: args.jobs], "checkpoint": args.checkpoint, "task": args.task,
+             "robot": args.robot, "exec_steps": args.exec_steps, "noises": args.noises, "residuals": args.residuals,
+             "noise_bound": args.noise_bound, "residual_bound": args.residual_bound,
+             "continuations": args.continuations, "random_states": args.random_states, "deadline": deadline,
+             "max_ticks": args.max_ticks, "labels": args.labels, "base_success_only": args.base_success_only,
+             "part": str(parts_dir / f"worker{w}.jsonl")}
+            for w in range(args.jobs)]
+    t0 = time.perf_counter()
+    errors = []
+    if args.jobs == 1:
+        try:
+            _worker(jobs[0])
+        except Exception as e:  # noqa: BLE001 (reported; the states measured so far are kept)
+            errors.append(f"worker 0: {type(e).__name__}: {e}")
+    else:
+        with ProcessPoolExecutor(args.jobs, mp_context=get_context("spawn")) as ex:
+            futures = [ex.submit(_worker, j) for j in jobs]
+            for w, fut in enumerate(futures):
+                try:
+                    fut.result()
+                except Exception as e:  # noqa: BLE001 (reported; the states measured so far are kept)
+                    errors.append(f"worker {w}: {type(e).__name__}: {e}")
+    for e in errors:
+        print(f"truth: {e}; its finished states are kept", file=sys.stderr)
+    rows = [json.loads(ln) for p in sorted(parts_dir.glob("worker*.jsonl")) for ln in p.read_text().splitlines()
+            if ln.strip()]
+    states = sorted(rows, key=lambda r: (r["scene"], r["step"]))
+    return {"checkpoint": portable(args.checkpoint), "task": args.task, "exec_steps": args.exec_steps,
+            "config": {k: getattr(args, k) for k in ("scenes", "seed_start", "noises", "residuals", "noise_bound",
+                                                     "residual_bound", "continuations", "random_states", "robot",
+                                                     "max_ticks", "labels", "base_success_only")},
+            "states": states, "wall_s": time.perf_counter() - t0, "worker_errors": errors}
+
+
+def merge_truths(paths: list[pathlib.Path]) -> dict:
+    """Truth files of one base, task and execution, their states pooled (refused when they differ)."""
+    parts = [json.loads(p.read_text()) for p in paths]
+    first = parts[0]
+    for p, t in zip(paths[1:], parts[1:]):
+        for k in ("checkpoint", "task", "exec_steps"):
+            if t[k] != first[k]:
+                raise SystemExit(f"--truth {p}: {k} {t[k]!r}, the first file's is {first[k]!r}")
+    seen, states = set(), []
+    for t in parts:
+        for st in t["states"]:
+            if (st["scene"], st["step"]) not in seen:
+                seen.add((st["scene"], st["step"]))
+                states.append(st)
+    return {**first, "states": sorted(states, key=lambda r: (r["scene"], r["step"])),
+            "wall_s": sum(t["wall_s"] for t in parts)}
+
+
+# -- step 2: the critics ---------------------------------------------------------------------------------------
+def target_units(run_cfg) -> dict:
+    """A run's value target: gamma per macro-step or per tick, reward offset, time-limit handling."""
+    agent = run_cfg.agent
+    if run_cfg.method == "dsrl":
+        gamma, value = agent.sac.gamma, agent.sac.value
+    else:
+        gamma, value = agent.gamma, agent.value
+    return {"gamma": gamma, "gamma_per_tick": value.gamma_per_tick, "reward_offset": value.reward_offset,
+            "time_limit": value.time_limit, "target_ensemble": value.target_ensemble,
+            "n_step": getattr(agent.sac, "n_step", 1) if run_cfg.method == "dsrl" else agent.n_step}
+
+
+def mc_return(success: np.ndarray, steps: np.ndarray, u: dict, exec_steps: int) -> np.ndarray:
+    """Monte-Carlo returns in a target's units: gamma^(L-1) [success] - c (1 - gamma^L) / (1 - gamma) over the L
+    macro-steps the continuation took (the episode ends at success or at the time limit)."""
+    g = u["gamma"] if u["gamma_per_tick"] is None else u["gamma_per_tick"] ** exec_steps
+    L = steps.astype(np.float64)
+    cost = u["reward_offset"] * (L if g == 1.0 else (1 - g ** L) / (1 - g))
+    return g ** (L - 1) * success - cost
+
+
+def return_range(max_steps: int, u: dict, exec_steps: int) -> float:
+    """The target's range at a state: success at once against failure through all ``max_steps`` left."""
+    best = mc_return(np.array([1.0]), np.array([1]), u, exec_steps)[0]
+    worst = mc_return(np.array([0.0]), np.array([max(max_steps, 1)]), u, exec_steps)[0]
+    return float(best - worst)
+
+
+def spearman(x: np.ndarray, y: np.ndarray) -> float | None:
+    from scipy.stats import spearmanr
+
+    if np.ptp(x) == 0 or np.ptp(y) == 0:
+        return None
+    return float(spearmanr(x, y).statistic)
+
+
+def checkpoints(run: str) -> list[tuple[int, str]]:
+    """(ticks, agent.pt) of a run's snapshots and its final checkpoint."""
+    out = []
+    snap = pathlib.Path(run) / "snapshots"
+    for p in sorted(snap.glob("agent_*.pt")) if snap.is_dir() else []:
+        out.append((int(p.stem.split("_")[1]), str(p)))
+    for d in ("checkpoint", "checkpoint.old"):
+        state, agent = pathlib.Path(run) / d / "state.json", pathlib.Path(run) / d / "agent.pt"
+        if state.is_file() and agent.is_file():
+            ticks = int(json.loads(state.read_text())["ticks"])
+            if not out or ticks > out[-1][0]:
+                out.append((ticks, str(agent)))
+            break
+    return out
+
+
+def critic_values(agent, method: str, state: dict):
+    """-> (Q over all candidates: DSRL-NA's Q^A / the residual critic, ensemble mean; DSRL's Q^W over the noise
+    candidates or None)."""
+    import torch
+
+    feat = torch.tensor(state["feat"], dtype=torch.float32)[None]
+    chunks = torch.tensor(state["chunks"], dtype=torch.float32)
+    K = len(chunks)
+    with torch.no_grad():
+        if method == "dsrl":
+            s = agent.sac.features({"feat": feat}).expand(K, -1)
+            qa = agent.qa(s, chunks.reshape(K, -1)).mean(0).numpy()
+            ws = torch.tensor(state["noises"], dtype=torch.float32)
+            qw = agent.sac.critic(s[: len(ws)], ws).mean(0).numpy()
+            return qa, qw
+        s = agent.encoder({"feat": feat}).expand(K, -1)
+        return agent.critic(s, chunks.reshape(K, -1)).mean(0).numpy(), None
+
+
+def score_run(name: str, run: str, truth: dict, min_spread: float) -> dict:
+    import torch
+
+    from policies import get_method
+    from session.config import RLConfig
+    from vla.models import load_vla
+    from vla.train import resolve_checkpoint
+
+    cfg_path = os.path.join(run, "rl_config.json")
+    if not os.path.isfile(cfg_path):
+        raise SystemExit(f"--run {name}={run}: no rl_config.json there (not a `vla rl` run directory)")
+    cfg = RLConfig.from_json(cfg_path)
+    method = cfg.method
+    if method not in ("dsrl", "residual") or (method == "dsrl" and cfg.agent.variant != "na"):
+        raise SystemExit(f"--run {name}={run}: method {method!r}; this bench reads DSRL-NA's and the residual "
+                         "agent's critics")
+    if cfg.agent.encoder != "vla":
+        raise SystemExit(f"--run {name}={run}: encoder {cfg.agent.encoder!r}; the truth stores the VLA's features only "
+                         "(encoder vla)")
+    if cfg.task != truth["task"]:
+        raise SystemExit(f"--run {name}={run}: task {cfg.task!r}, the truth's is {truth['task']!r}")
+    vla = load_vla(resolve_checkpoint(cfg.checkpoint))
+    agent = get_method(method)[0].build(vla, cfg.agent, seed=cfg.seed)
+    if agent.exec_steps != truth["exec_steps"]:
+        raise SystemExit(f"--run {name}={run}: exec_steps {agent.exec_steps}, the truth's candidates have "
+                         f"{truth['exec_steps']} rows")
+    u = target_units(cfg)
+    E = truth["exec_steps"]
+    label = "dsrl-na" if method == "dsrl" else "residual"
+    points = []
+    for ticks, path in checkpoints(run):
+        agent.load_state_dict(torch.load(path, weights_only=False))
+        per_state = []
+        for st in truth["states"]:
+            succ, left = np.asarray(st["success"], float), np.asarray(st["steps_left"])
+            p = succ.mean(1)
+            G = mc_return(succ, left, u, E).mean(1)
+            q, qw = critic_values(agent, method, st)
+            nk = st["kinds"].count("noise")
+            half = succ.shape[1] // 2
+            per_state.append({
+                "scene": st["scene"], "step": st["step"], "labels": st["labels"], "spread": float(np.ptp(p)),
+                "spearman": spearman(q, p), "spearman_qw": None if qw is None else spearman(qw, p[:nk]),
+                "split_half": spearman(succ[:, :half].mean(1), succ[:, half:].mean(1)) if half else None,
+                "calibration_error": float(np.mean(np.abs(q - G))),
+                "calibration_error_rel": float(np.mean(np.abs(q - G)) / return_range(st["max_macro_steps"], u, E)),
+                "q_mean": float(q.mean()), "truth_mean": float(G.mean())})
+        points.append({"ticks": ticks, **aggregate(per_state, min_spread), "states": per_state})
+        print(f"  {name} ({label}) at {ticks} ticks: median Spearman {fmt(points[-1]['median_spearman'])} at "
+              f"{points[-1]['decision_states_used']} decision states, calibration error "
+              f"{fmt(points[-1]['calibration_error'])} ({fmt(points[-1]['calibration_error_rel'])} of the range)")
+    return {"name": name, "run": portable(run), "method": label, "target": u, "checkpoints": points}
+
+
+def aggregate(per_state: list[dict], min_spread: float) -> dict:
+    def med(rows, key):
+        v = [r[key] for r in rows if r[key] is not None]
+        return float(np.median(v)) if v else None
+
+    decisive = [r for r in per_state if "random" not in r["labels"] and r["spread"] >= min_spread]
+    rand = [r for r in per_state if r["labels"] == ["random"] and r["spread"] >= min_spread]
+    return {"median_spearman": med(decisive, "spearman"), "median_spearman_qw": med(decisive, "spearman_qw"),
+            "spearman_random": med(rand, "spearman"), "split_half_spearman": med(decisive, "split_half"),
+            "decision_states_used": len(decisive), "random_states_used": len(rand),
+            "calibration_error": float(np.mean([r["calibration_error"] for r in per_state])),
+            "calibration_error_rel": float(np.mean([r["calibration_error_rel"] for r in per_state]))}
+
+
+def fmt(v) -> str:
+    return "n/a" if v is None else f"{v:.3f}"
+
+
+def portable(path: str) -> str:
+    """A path as committed results may hold it: relative to the repo, or from its last ``runs`` folder on."""
+    p = pathlib.Path(path).resolve()
+    try:
+        return str(p.relative_to(ROOT))
+    except ValueError:
+        parts = p.parts
+        i = max((k for k, x in enumerate(parts) if x == "runs"), default=len(parts) - 1)
+        return str(pathlib.Path(*parts[i:]))
+
+
+def plot(res: dict, path: pathlib.Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, (a, b) = plt.subplots(1, 2, figsize=(11, 4.2))
+    for r in res["runs"]:
+        t = [c["ticks"] for c in r["checkpoints"]]
+        a.plot(t, [np.nan if c["median_spearman"] is None else c["median_spearman"] for c in r["checkpoints"]],
+               "o-", label=f"{r['method']} {r['name']}")
+        b.plot(t, [c["calibration_error_rel"] for c in r["checkpoints"]], "o-", label=f"{r['method']} {r['name']}")
+        ceiling = [c["split_half_spearman"] for c in r["checkpoints"] if c["split_half_spearman"] is not None]
+    if res["runs"] and ceiling:
+        a.axhline(ceiling[0], color="k", ls=":", lw=1, label="truth vs itself (split half)")
+    a.axhline(0.5, color="g", ls="--", lw=0.8, label="goal 0.5")
+    a.axhline(0, color="k", lw=0.5)
+    a.set_xlabel("session ticks")
+    a.set_ylabel("median Spearman(critic, MC success)")
+    a.set_title(f"decision states with a true spread >= {res['config']['min_spread']}", fontsize=9)
+    a.legend(fontsize=7)
+    b.set_xlabel("session ticks")
+    b.set_ylabel("|Q - MC return| / target range")
+    b.set_title("calibration in each target's own units", fontsize=9)
+    b.legend(fontsize=7)
+    fig.suptitle(f"critic vs Monte-Carlo truth: {res['task']}, {len(res['truth_states'])} states from "
+                 f"{res['checkpoint']}", fontsize=9)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def provenance(argv: list[str], quick: bool) -> dict:
+    def git(*a):
+        try:
+            return subprocess.run(["git", *a], cwd=ROOT, capture_output=True, text=True, check=True).stdout.strip()
+        except (OSError, subprocess.CalledProcessError):
+            return None
+
+    def arg(a: str) -> str:  # paths as committed results may hold them
+        name, sep, path = a.partition("=")
+        if sep and os.path.exists(path):
+            return f"{name}={portable(path)}"
+        return portable(a) if os.path.exists(a) else a
+
+    return {"bench": "critic_truth", "argv": ["python", "-m", "bench.critic_truth", *map(arg, argv)],
+            "commit": git("rev-parse", "HEAD"),
+            "dirty": bool(git("status", "--porcelain", "--untracked-files=no")),
+            "date": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+            "machine": f"{platform.machine()}, {os.cpu_count()} cores", "quick": quick}
+
+
+def main(argv=None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    ap = argparse.ArgumentParser(prog="python -m bench.critic_truth", description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--checkpoint", default="vla/checkpoints/base", help="the frozen base VLA of the truth")
+    ap.add_argument("--task", default="stack_cubes", help="sim task")
+    ap.add_argument("--truth", type=pathlib.Path, nargs="+",
+                    help="score against these truth files (their states pooled) instead of new rollouts")
+    ap.add_argument("--labels", nargs="+", default=None, metavar="LABEL",
+                    help="keep only decision states with one of these labels (close, release, random, "
+                         "subgoal:NAME); default all")
+    ap.add_argument("--run", action="append", default=[], metavar="NAME=RUN_DIR",
+                    help="a `vla rl` session to score, named by its setting (repeat)")
+    ap.add_argument("--scenes", type=int, default=6, help="evaluation scenes whose base rollouts give the states")
+    ap.add_argument("--seed-start", type=int, default=200_000)
+    ap.add_argument("--exec-steps", type=int, default=4, help="rows of each candidate (the sessions' exec_steps)")
+    ap.add_argument("--noises", type=int, default=6, help="noise candidates per state (DSRL's actions)")
+    ap.add_argument("--residuals", type=int, default=5, help="random residual candidates per state (and delta = 0)")
+    ap.add_argument("--noise-bound", type=float, default=1.5)
+    ap.add_argument("--residual-bound", type=float, default=0.1)
+    ap.add_argument("--continuations", type=int, default=6, help="rollouts per candidate")
+    ap.add_argument("--random-states", type=int, default=1, help="random (non-decision) states per scene")
+    ap.add_argument("--base-success-only", action="store_true",
+                    help="take states only from scenes the base solved with its own noise (where the decisions are "
+                         "in play; a selection the result names)")
+    ap.add_argument("--min-spread", type=float, default=0.2,
+                    help="decision states count where the true success spread across candidates is at least this")
+    ap.add_argument("--budget-s", type=float, default=3600, help="stop adding states after this long")
+    ap.add_argument("--jobs", type=int, default=2, help="worker processes, each with its own sim bridge")
+    ap.add_argument("--robot", default="sim-franka-fast", help="site preset of the simulated arm")
+    ap.add_argument("--max-ticks", type=int, default=None,
+                    help="episode limit (default the task's; a shorter one only for smoke runs)")
+    ap.add_argument("--quick", action="store_true", help="smoke run: 1 scene, 2 + 1 candidates, 2 continuations")
+    ap.add_argument("--out", type=pathlib.Path, default=ROOT / "bench" / "results")
+    ap.add_argument("--name", default="critic_truth")
+    args = ap.parse_args(argv)
+    if args.quick:
+        args.scenes, args.noises, args.residuals, args.continuations, args.random_states = 1, 2, 1, 2, 0
+    for k in ("scenes", "continuations", "jobs", "exec_steps"):
+        if getattr(args, k) < 1:
+            ap.error(f"--{k.replace('_', '-')} must be >= 1")
+    runs = []
+    for spec in args.run:
+        name, sep, path = spec.partition("=")
+        if not sep or not name or not path:
+            ap.error(f"--run wants NAME=RUN_DIR, got {spec!r}")
+        if not os.path.isdir(path):
+            ap.error(f"--run {spec}: no such directory")
+        runs.append((name, path))
+    os.environ.setdefault("MUJOCO_GL", "egl")
+    args.out.mkdir(parents=True, exist_ok=True)
+    t0 = time.perf_counter()
+    truth_path = args.out / f"{args.name}_truth.json"
+    if args.truth:
+        truth = merge_truths(args.truth)
+        truth_path = args.truth[0]
+    else:
+        truth = build_truth(args, args.out / f"{args.name}_truth.parts")
+        truth["provenance"] = provenance(argv, args.quick)
+        tmp = truth_path.with_suffix(".json.tmp")
+        tmp.write_text(json.dumps(truth))
+        os.replace(tmp, truth_path)
+        shutil.rmtree(args.out / f"{args.name}_truth.parts", ignore_errors=True)
+        print(f"truth: {len(truth['states'])} states in {truth['wall_s']:.0f} s -> {truth_path}")
+    scored = [score_run(n, p, truth, args.min_spread) for n, p in runs]
+    summary: dict = {truth["task"]: {}}
+    for r in scored:
+        last = r["checkpoints"][-1] if r["checkpoints"] else {}
+        summary[truth["task"]].setdefault(r["method"], {})[r["name"]] = {
+            "median_spearman": last.get("median_spearman"), "calibration_error": last.get("calibration_error"),
+            "calibration_error_rel": last.get("calibration_error_rel"), "ticks": last.get("ticks"),
+            "by_checkpoint": [{k: c[k] for k in c if k != "states"} for c in r["checkpoints"]]}
+    truth_states = [{k: st[k] for k in ("scene", "step", "tick", "labels", "base_success", "replay_state_error")}
+                    | {"p": np.asarray(st["success"], float).mean(1).round(3).tolist(),
+                       "spread": float(np.ptp(np.asarray(st["success"], float).mean(1)))} for st in truth["states"]]
+    res = {**provenance(argv, args.quick), "checkpoint": portable(truth["checkpoint"]), "task": truth["task"],
+           "truth_file": [portable(str(p)) for p in (args.truth or [truth_path])], "config": {**truth["config"], "min_spread": args.min_spread,
+                                                               "exec_steps": truth["exec_steps"]},
+           "summary": summary, "truth_states": truth_states, "runs": scored,
+           "wall_s": time.perf_counter() - t0}
+    with open(args.out / f"{args.name}.json", "w") as f:
+        json.dump(res, f, indent=2)
+    plot(res, args.out / f"{args.name}.png")
+    spread = [s["spread"] for s in truth_states if "random" not in s["labels"]]
+    print(f"{len(truth_states)} states ({len(spread)} decision states; {sum(x >= args.min_spread for x in spread)} with a "
+          f"true spread >= {args.min_spread}); wrote {args.out / args.name}.json and .png")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

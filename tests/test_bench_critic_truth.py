@@ -1,0 +1,58 @@
+"""bench/critic_truth.py --quick: decision states and Monte-Carlo truth from a base's rollouts, then a residual
+session's critic scored at its snapshots and final checkpoint against it (issue 61). An end-to-end run (a sim
+bridge, a `vla rl` session and the bench as subprocesses, about 3 minutes on 2 cores)."""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+pytestmark = pytest.mark.e2e
+
+
+def test_bench_critic_truth_quick(tmp_path):
+    pytest.importorskip("lerobot")
+    from tests.conftest import save_tiny_vla
+
+    ckpt = save_tiny_vla(str(tmp_path / "ckpt"))
+    run = tmp_path / "run"
+    r = subprocess.run([sys.executable, "-m", "vla.cli", "rl", "--method", "residual", "--checkpoint", ckpt,
+                        "--task", "pick_red_cube", "--out", str(run), "--total-ticks", "96", "--snapshot-every", "48",
+                        "--warmup-steps", "4", "--exec-steps", "4", "--batch-size", "16", "--eval-every", "0",
+                        "--eval-episodes", "1", "--max-episode-ticks", "24", "--videos", "0", "--serve", "always"],
+                       cwd=ROOT, capture_output=True, text=True, timeout=280)
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
+    assert len(list((run / "snapshots").glob("agent_*.pt"))) >= 1
+    out = tmp_path / "res"
+    r = subprocess.run([sys.executable, "-m", "bench.critic_truth", "--quick", "--checkpoint", ckpt, "--task",
+                        "pick_red_cube", "--max-ticks", "24", "--random-states", "1", "--jobs", "1",
+                        "--run", f"legacy={run}", "--out", str(out), "--name", "ct"],
+                       cwd=ROOT, capture_output=True, text=True, timeout=400)
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
+    res = json.loads((out / "ct.json").read_text())
+    assert res["bench"] == "critic_truth" and len(res["commit"]) == 40 and res["quick"] is True
+    states = res["truth_states"]
+    assert states and all(s["replay_state_error"] < 1e-6 for s in states)  # the replayed prefix is the same state
+    assert all(len(s["p"]) == 2 + 1 + 1 for s in states)  # 2 noises, 1 residual and zero
+    truth = json.loads((out / "ct_truth.json").read_text())
+    st = truth["states"][0]
+    assert np.asarray(st["success"]).shape == (4, 2) and np.asarray(st["chunks"]).shape[1:] == (4, 7)
+    (scored,) = res["runs"]
+    assert scored["method"] == "residual" and scored["target"]["time_limit"] == "terminal"
+    ticks = [c["ticks"] for c in scored["checkpoints"]]
+    assert len(ticks) >= 2 and ticks == sorted(ticks)  # snapshots then the final checkpoint
+    s = res["summary"]["pick_red_cube"]["residual"]["legacy"]
+    assert set(s) >= {"median_spearman", "calibration_error", "by_checkpoint"}
+    assert s["calibration_error"] >= 0 and len(s["by_checkpoint"]) == len(ticks)
+    assert (out / "ct.png").stat().st_size > 10_000
+    assert str(tmp_path) not in (out / "ct.json").read_text()  # no machine paths
+
+
+def test_bench_critic_truth_refuses_a_bad_run_argument(tmp_path):
+    r = subprocess.run([sys.executable, "-m", "bench.critic_truth", "--run", "no-equals-sign"], cwd=ROOT,
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 2 and "NAME=RUN_DIR" in r.stderr and "Traceback" not in r.stderr
