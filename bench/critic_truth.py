@@ -351,6 +351,26 @@ def spearman(x: np.ndarray, y: np.ndarray) -> float | None:
     return float(spearmanr(x, y).statistic)
 
 
+def candidate_effect(success: np.ndarray, perms: int = 2000, seed: int = 0) -> tuple[float, float]:
+    """success [K, M] (K candidates x M continuations) -> (the between-candidate sd of the success rate with the
+    binomial error taken out, the permutation p-value of "the candidate does not matter here": the outcomes shuffled
+    across candidates). A spread of rates alone is not evidence: with M = 6 two candidates of equal truth differ by
+    0.33 or more about half the time."""
+    k, m = success.shape
+    p = success.mean(1)
+    obs = float(p.var(ddof=1))
+    within = float(np.mean(p * (1 - p) / (m - 1))) if m > 1 else 0.0
+    if obs == 0.0:
+        return 0.0, 1.0
+    rng = np.random.default_rng(seed)
+    flat = success.ravel().astype(float)
+    hits = 0
+    for _ in range(perms):
+        rng.shuffle(flat)
+        hits += flat.reshape(k, m).mean(1).var(ddof=1) >= obs - 1e-12
+    return float(np.sqrt(max(obs - within, 0.0))), (hits + 1) / (perms + 1)
+
+
 def checkpoints(run: str) -> list[tuple[int, str]]:
     """(ticks, agent.pt) of a run's snapshots and its final checkpoint."""
     out = []
@@ -415,11 +435,12 @@ def score_run(name: str, run: str, truth: dict, min_spread: float) -> dict:
     u = target_units(cfg)
     E = truth["exec_steps"]
     label = "dsrl-na" if method == "dsrl" else "residual"
+    effects = [candidate_effect(np.asarray(st["success"], float)) for st in truth["states"]]
     points = []
     for ticks, path in checkpoints(run):
         agent.load_state_dict(torch.load(path, weights_only=False))
         per_state = []
-        for st in truth["states"]:
+        for st, (between_sd, perm_p) in zip(truth["states"], effects):
             succ, left = np.asarray(st["success"], float), np.asarray(st["steps_left"])
             p = succ.mean(1)
             G = mc_return(succ, left, u, E).mean(1)
@@ -428,6 +449,7 @@ def score_run(name: str, run: str, truth: dict, min_spread: float) -> dict:
             half = succ.shape[1] // 2
             per_state.append({
                 "scene": st["scene"], "step": st["step"], "labels": st["labels"], "spread": float(np.ptp(p)),
+                "between_sd": between_sd, "perm_p": perm_p,
                 "spearman": spearman(q, p), "spearman_qw": None if qw is None else spearman(qw, p[:nk]),
                 "split_half": spearman(succ[:, :half].mean(1), succ[:, half:].mean(1)) if half else None,
                 "calibration_error": float(np.mean(np.abs(q - G))),
@@ -447,7 +469,11 @@ def aggregate(per_state: list[dict], min_spread: float) -> dict:
 
     decisive = [r for r in per_state if "random" not in r["labels"] and r["spread"] >= min_spread]
     rand = [r for r in per_state if r["labels"] == ["random"] and r["spread"] >= min_spread]
+    matters = [r for r in per_state if "random" not in r["labels"] and r["perm_p"] < 0.05]
     return {"median_spearman": med(decisive, "spearman"), "median_spearman_qw": med(decisive, "spearman_qw"),
+            "states_where_the_candidate_matters": len(matters),
+            "median_spearman_where_it_matters": med(matters, "spearman"),
+            "median_between_sd": med(decisive, "between_sd"),
             "spearman_random": med(rand, "spearman"), "split_half_spearman": med(decisive, "split_half"),
             "decision_states_used": len(decisive), "random_states_used": len(rand),
             "calibration_error": float(np.mean([r["calibration_error"] for r in per_state])),

@@ -18,10 +18,16 @@ def test_bench_critic_truth_quick(tmp_path):
     pytest.importorskip("lerobot")
     from tests.conftest import save_tiny_vla
 
+    from robot_io.ports import PortLease
+    from robot_io.site import load_site, relocate_site, site_ports
+
     ckpt = save_tiny_vla(str(tmp_path / "ckpt"))
     run = tmp_path / "run"
+    base = load_site("sim-franka-fast")
+    with PortLease(len(site_ports(base))) as lease:  # a bridge of the session's own (the suite may run others)
+        site = relocate_site(base, lease.ports, str(tmp_path / "site.yaml")).path
     r = subprocess.run([sys.executable, "-m", "vla.cli", "rl", "--method", "residual", "--checkpoint", ckpt,
-                        "--task", "pick_red_cube", "--out", str(run), "--total-ticks", "96", "--snapshot-every", "48",
+                        "--task", "pick_red_cube", "--out", str(run), "--robot", site, "--total-ticks", "96", "--snapshot-every", "48",
                         "--warmup-steps", "4", "--exec-steps", "4", "--batch-size", "16", "--eval-every", "0",
                         "--eval-episodes", "1", "--max-episode-ticks", "24", "--videos", "0", "--serve", "always"],
                        cwd=ROOT, capture_output=True, text=True, timeout=280)
