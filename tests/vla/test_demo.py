@@ -40,3 +40,24 @@ def test_slice_smoke_runs_record_train_and_dsrl_with_demos(tmp_path, capsys):
     lines = [ln.strip() for ln in re.split(r"[\r\n]", cap.out + cap.err) if ln.strip()]
     foreign = [ln for ln in lines if re.match(r"(Map|Filter|Generating|Loading|Saving|Casting|Resolving)\b", ln)]
     assert not foreign, foreign[:3]
+
+
+def test_slice_verdict_pairs_the_scenes_and_says_plainly_when_rl_did_not_lift():
+    """The slice's closing line: paired on the same seeds; a lift needs more scenes only RL solved than only the
+    base did (exact sign test), else it says 'no lift'."""
+    import pytest
+
+    from vla.commands.demo import paired_counts, verdict
+
+    base = [{"seed": s, "success": s % 2 == 0} for s in range(20)]
+    same = [dict(e) for e in base]
+    assert paired_counts(base, same) == (10, 10, 0, 0)
+    assert verdict(20, 10, 10, 0, 0).startswith("no lift")
+    better = [{"seed": s, "success": s % 2 == 0 or s < 15} for s in range(20)]
+    k = paired_counts(base, better)
+    assert k == (10, 17, 7, 0)
+    assert verdict(20, *k[:2], *k[2:]).startswith("RL lifted the base")
+    swapped = [{"seed": s, "success": not e["success"]} for s, e in enumerate(base)]  # 10 vs 10, all discordant
+    assert verdict(20, *paired_counts(base, swapped)).startswith("no lift")
+    with pytest.raises(ValueError, match="different scenes"):
+        paired_counts(base, [{"seed": 99, "success": True}])

@@ -1,8 +1,9 @@
 """`vla demo`: the main job on the simulated default (`make demo` runs ``--slice``).
 
-``--slice``: the whole slice on the fast sim Franka, each stage through its own `vla`
-subcommand: record scripted demos, train the compact VLA, run a DSRL-NA session (with those demos
-in its critic), print the base VLA's and DSRL's success. Without it: start the simulated Franka
+``--slice``: on the fast sim Franka, a residual RL session (`vla rl`) on the shipped base VLA
+(``vla/checkpoints/base``, stack_cubes by default), then base vs RL on the same evaluation scenes with a
+plain verdict (a sign test on the scenes only one of them solved) and the learning curve's path;
+``--smoke`` instead runs every stage at toy size (record, train, DSRL-NA), an install check. Without it: start the simulated Franka
 bridge in its own process, drive the arm through a short scripted motion over the bridge with
 ``robot_io.RobotEnv`` at a fixed control rate, and save camera frames, a plot of commanded vs
 measured end-effector positions and a summary (tracking error, control-loop jitter) in a run
@@ -23,7 +24,7 @@ def add_parser(sub, name: str, help_: str) -> None:
         "Start the simulated Franka bridge (MuJoCo Panda, front + wrist cameras) in a separate process, "
         "drive the arm through a scripted square-and-grasp motion over the bridge at a fixed control rate, "
         "and write camera frames, a commanded-vs-measured end-effector plot and summary.json to a run "
-        "directory."), epilog="examples:\n  vla demo --slice                 # the whole slice (make demo)\n"
+        "directory."), epilog="examples:\n  vla demo --slice                 # RL from the shipped base, base vs RL (make demo)\n"
                   "  vla demo --slice --smoke         # every stage at toy size: an install check\n"
                   "  vla demo --out runs/ --control-hz 10   # the bridge demo alone\n")
     p.add_argument("--site", default="sim-franka", help="site YAML file or preset name to serve and drive (default: sim-franka)")
@@ -32,30 +33,60 @@ def add_parser(sub, name: str, help_: str) -> None:
     p.add_argument("--seed", type=int, default=0, help="scene seed (object placement)")
     p.add_argument("--frame-every", type=int, default=10, help="save camera frames every N control steps (default 10)")
     p.add_argument("--slice", action="store_true",
-                   help="the whole slice instead: record scripted demos, train the compact VLA, run a DSRL "
-                        "session, print base-vs-DSRL success (~11 min on 2 CPU cores; --full for the full length)")
-    p.add_argument("--full", action="store_true", help="with --slice: full-length settings (60 demos per task, "
-                   "3 tasks, 6000 SFT steps, 10000 RL ticks; hours on a CPU)")
+                   help="the main job instead: a residual RL session on the shipped base VLA (vla/checkpoints/base), "
+                        "then base vs RL on the same 20 evaluation scenes and the learning-curve path (about 15 min "
+                        "on 2 CPU cores; --full: 20000 ticks and 50 scenes)")
+    p.add_argument("--full", action="store_true", help="with --slice: 20000 RL ticks, 50 evaluation scenes")
     p.add_argument("--smoke", action="store_true", help="with --slice: a ~2-minute run of every stage at toy size "
-                   "(2 demos, 20 SFT steps, 48 RL ticks) that checks an install end to end; its success rates mean nothing")
-    p.add_argument("--task", default="pick_red_cube", help="with --slice: the task DSRL is run on")
+                   "(record 2 demos, 20 SFT steps, 48 DSRL ticks) that checks an install end to end; its success "
+                   "rates mean nothing")
+    p.add_argument("--task", default=None, help="with --slice: the sim task (default stack_cubes; --smoke: "
+                   "pick_red_cube)")
+    p.add_argument("--checkpoint", default=None, help="with --slice: the base VLA (default the shipped "
+                   "vla/checkpoints/base)")
     p.set_defaults(run=run)
 
 
-SLICE = {  # quick (default) and --full settings of `vla demo --slice`
-    "quick": {"tasks": ["pick_red_cube"], "episodes": 30, "quality": 0.5, "steps": 2000, "ticks": 1600,
-              "eval_episodes": 10, "utd": 4, "critics": 2, "eval_every": 5},
-    "full": {"tasks": ["pick_red_cube", "lift_green_cube", "pick_blue_cube"], "episodes": 60, "quality": 0.5,
-             "steps": 6000, "ticks": 10_000, "eval_episodes": 20, "utd": 20, "critics": 10, "eval_every": 10},
-    "smoke": {"tasks": ["pick_red_cube"], "episodes": 2, "quality": 0.5, "steps": 20, "ticks": 48,
-              "eval_episodes": 1, "utd": 1, "critics": 2, "eval_every": 0,
-              "train_args": ["--batch-size", "16"],
-              "rl_args": ["--batch-size", "16", "--warmup-steps", "2", "--max-episode-ticks", "24"]},
+SLICE = {  # (default) and --full settings of `vla demo --slice`: RL from the shipped base
+    "quick": {"ticks": 8000, "eval_episodes": 20, "eval_every": 0},
+    "full": {"ticks": 20_000, "eval_episodes": 50, "eval_every": 25},
 }
+SMOKE = {"tasks": ["pick_red_cube"], "episodes": 2, "quality": 0.5, "steps": 20, "ticks": 48, "eval_episodes": 1,
+         "utd": 1, "critics": 2, "eval_every": 0, "train_args": ["--batch-size", "16"],
+         "rl_args": ["--batch-size", "16", "--warmup-steps", "2", "--max-episode-ticks", "24"]}
+"""``--smoke``: an install check through every stage (record, train, RL) at toy size; its rates mean nothing."""
+SHIPPED_BASE = "vla/checkpoints/base"
+SLICE_METHOD = ["--method", "residual", "--exec-steps", "4"]
+"""The method the slice runs: residual RL at the sessions' execution (4-row chunks), with the value target's
+defaults (``policies.common.sac_config.ValueTargetConfig``; ``bench/critic_truth.py`` measures them)."""
+
+
+def paired_counts(base: list[dict], final: list[dict]) -> tuple[int, int, int, int]:
+    """Per-episode outcomes of two evaluations on the same seeds -> (base successes, RL successes, scenes only RL
+    solved, scenes only the base solved)."""
+    b = {e["seed"]: bool(e["success"]) for e in base}
+    f = {e["seed"]: bool(e["success"]) for e in final}
+    if set(b) != set(f):
+        raise ValueError("the base and the RL evaluation ran different scenes")
+    return (sum(b.values()), sum(f.values()), sum(f[k] and not b[k] for k in b), sum(b[k] and not f[k] for k in b))
+
+
+def verdict(n: int, base_k: int, rl_k: int, only_rl: int, only_base: int) -> str:
+    """One plain line: did RL lift the base on these scenes? An exact sign test on the discordant scenes (McNemar)."""
+    from scipy.stats import binomtest
+
+    disc = only_rl + only_base
+    p = binomtest(only_rl, disc, 0.5, alternative="greater").pvalue if disc else 1.0
+    if rl_k > base_k and p < 0.05:
+        return f"RL lifted the base: {rl_k}/{n} against {base_k}/{n} on the same scenes (sign test p = {p:.3f})"
+    return (f"no lift: RL {rl_k}/{n} against the base's {base_k}/{n} on the same scenes ({only_rl} scenes only RL "
+            f"solved, {only_base} only the base; sign test p = {p:.2f}). No RL setting of this project has lifted the "
+            f"shipped base yet (bench/results/README.md); this run shows the session, not a lift")
 
 
 def run_slice(args) -> int:
-    """record -> train -> DSRL on the fast sim Franka, each step through its own `vla` subcommand."""
+    """RL from the shipped base (``--smoke``: record -> train -> DSRL at toy size), each stage through its own `vla`
+    subcommand, on the fast sim Franka."""
     import json as _json
 
     from robot_io.site import load_site
@@ -64,8 +95,6 @@ def run_slice(args) -> int:
 
     if args.full and args.smoke:
         raise ValueError("--full and --smoke: choose one")
-    cfg = SLICE["full" if args.full else "smoke" if args.smoke else "quick"]
-    tasks = list(dict.fromkeys([args.task] + cfg["tasks"])) if args.full else [args.task]
     run_dir = os.path.join(args.out, "slice-" + dt.datetime.now().strftime("%Y%m%d-%H%M%S"))
     os.makedirs(run_dir, exist_ok=True)
     site = load_site("sim-franka-fast")
@@ -78,30 +107,58 @@ def run_slice(args) -> int:
             raise RuntimeError(f"`vla {argv[0]}` failed with exit code {rc}")
 
     with running_bridge(site, os.path.join(run_dir, "bridge.log"), start="auto"):
-        datasets = []
-        for t in tasks:
-            root = os.path.join(run_dir, "data", t)
-            step(f"record {cfg['episodes']} scripted demos of {t} (expert quality {cfg['quality']}, failures kept)",
-                 ["record", "--robot", "sim-franka-fast", "--task", t, "--teleop", "scripted", "--expert-quality",
-                  str(cfg["quality"]), "--keep-failures", "--episodes", str(cfg["episodes"]), "--root", root,
-                  "--serve", "never"])
-            datasets += ["--dataset", root]
-        vla_dir = os.path.join(run_dir, "vla")
-        step("train the compact VLA", ["train", *datasets, "--out", vla_dir, "--steps", str(cfg["steps"]),
-                                       "--save-every", str(cfg["steps"] // 2), "--aug-views", "1", "--threads", "1",
-                                       *cfg.get("train_args", [])])
-        rl_dir = os.path.join(run_dir, "dsrl")
-        # the demos just recorded also train DSRL-NA's action critic (--demos)
-        step(f"DSRL-NA on {args.task}", ["rl", "--checkpoint", vla_dir, "--task", args.task, "--out", rl_dir,
-                                         "--demos", os.path.join(run_dir, "data", args.task),
-                                         "--total-ticks", str(cfg["ticks"]), "--utd", str(cfg["utd"]),
-                                         "--num-critics", str(cfg["critics"]), "--eval-every", str(cfg["eval_every"]),
-                                         "--eval-episodes", str(cfg["eval_episodes"]), "--serve", "never",
-                                         *cfg.get("rl_args", [])])
+        if args.smoke:
+            return _smoke(args, run_dir, step, t0)
+        cfg = SLICE["full" if args.full else "quick"]
+        task = args.task or "stack_cubes"
+        checkpoint = args.checkpoint or SHIPPED_BASE
+        rl_dir = os.path.join(run_dir, "rl")
+        step(f"residual RL on {task} from {checkpoint}",
+             ["rl", *SLICE_METHOD, "--checkpoint", checkpoint, "--task", task, "--out", rl_dir,
+              "--total-ticks", str(cfg["ticks"]), "--eval-every", str(cfg["eval_every"]),
+              "--eval-episodes", str(cfg["eval_episodes"]), "--serve", "never", "--videos", "0"])
+    with open(os.path.join(rl_dir, "summary.json")) as f:
+        s = _json.load(f)
+    with open(os.path.join(rl_dir, "base_eval.json")) as f:
+        base = _json.load(f)
+    with open(os.path.join(rl_dir, "final_eval.json")) as f:
+        final = _json.load(f)
+    n = len(final["per_episode"])
+    base_k, rl_k, only_rl, only_base = paired_counts(base["per_episode"], final["per_episode"])
+    print(f"\n== done in {(time.monotonic() - t0) / 60:.1f} min: {run_dir}")
+    print(f"   {'policy':<26}{'success on ' + task:>26}")
+    print(f"   {'base VLA (' + checkpoint + ')':<26}{base_k:>21}/{n}")
+    print(f"   {'residual RL, ' + str(s['ticks']) + ' ticks':<26}{rl_k:>21}/{n}")
+    print(f"   {verdict(n, base_k, rl_k, only_rl, only_base)}")
+    print(f"   learning curve: {os.path.join(rl_dir, 'learning_curve.png')}")
+    return 0
+
+
+def _smoke(args, run_dir: str, step, t0: float) -> int:
+    """``--smoke``: every stage at toy size (record scripted demos, train a compact VLA, DSRL-NA with those demos in
+    its critic): an install check."""
+    import json as _json
+
+    cfg = SMOKE
+    task = args.task or "pick_red_cube"
+    root = os.path.join(run_dir, "data", task)
+    step(f"record {cfg['episodes']} scripted demos of {task} (expert quality {cfg['quality']}, failures kept)",
+         ["record", "--robot", "sim-franka-fast", "--task", task, "--teleop", "scripted", "--expert-quality",
+          str(cfg["quality"]), "--keep-failures", "--episodes", str(cfg["episodes"]), "--root", root,
+          "--serve", "never"])
+    vla_dir = os.path.join(run_dir, "vla")
+    step("train the compact VLA", ["train", "--dataset", root, "--out", vla_dir, "--steps", str(cfg["steps"]),
+                                   "--save-every", str(cfg["steps"] // 2), "--aug-views", "1", "--threads", "1",
+                                   *cfg["train_args"]])
+    rl_dir = os.path.join(run_dir, "dsrl")
+    step(f"DSRL-NA on {task}", ["rl", "--checkpoint", vla_dir, "--task", task, "--out", rl_dir, "--demos", root,
+                                "--total-ticks", str(cfg["ticks"]), "--utd", str(cfg["utd"]),
+                                "--num-critics", str(cfg["critics"]), "--eval-every", str(cfg["eval_every"]),
+                                "--eval-episodes", str(cfg["eval_episodes"]), "--serve", "never", *cfg["rl_args"]])
     with open(os.path.join(rl_dir, "summary.json")) as f:
         s = _json.load(f)
     print(f"\n== done in {(time.monotonic() - t0) / 60:.1f} min: {run_dir}")
-    print(f"   {'policy':<22}{'success on ' + args.task:>26}")
+    print(f"   {'policy':<22}{'success on ' + task:>26}")
     print(f"   {'base VLA':<22}{s['base_success_rate']:>25.0%}  ({s['eval_episodes']} episodes)")
     print(f"   {'DSRL-NA, ' + str(s['ticks']) + ' ticks':<22}{s['final_success_rate']:>25.0%}  ({s['eval_episodes']} episodes)")
     print(f"   learning curve: {os.path.join(rl_dir, 'learning_curve.png')}")
