@@ -7,6 +7,10 @@ import os
 import subprocess
 from pathlib import Path
 
+import pytest
+
+pytestmark = pytest.mark.e2e  # `make base` at toy size: demos on bridges of their own, training, two DAgger rounds
+
 ROOT = Path(__file__).resolve().parents[1]
 
 

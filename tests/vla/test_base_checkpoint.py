@@ -45,6 +45,7 @@ def test_the_instruction_changes_the_chunk(base):
     assert not torch.allclose(a, b, atol=1e-4) and not torch.allclose(a, s, atol=1e-4)
 
 
+@pytest.mark.e2e  # `vla eval` of the shipped base on the sim bridge
 def test_the_base_picks_up_the_red_cube_in_unseen_scenes(tmp_path):
     """3 unseen scenes as `vla eval` runs them (the base measured 47/50 on this task, round 23); an
     untrained VLA gets 0 of them."""

@@ -12,6 +12,8 @@ import textwrap
 import time
 from pathlib import Path
 
+import pytest
+
 from tests.net import free_ports
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -82,6 +84,7 @@ def test_the_bridge_a_command_started_stops_when_the_command_is_killed(tmp_path)
             os.kill(pid, signal.SIGKILL)
 
 
+@pytest.mark.e2e  # starters killed during start-up, process trees
 def test_a_starter_killed_at_a_random_moment_of_start_up_leaves_no_bridge(tmp_path):
     """Kill the starter at random times (independent of what either process prints): before the
     bridge process exists, while it imports and starts its devices, or once it serves."""

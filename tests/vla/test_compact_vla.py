@@ -235,6 +235,7 @@ def test_checkpoints_from_before_text_statistics_still_load(tmp_path, model):
     assert torch.equal(loaded.text_mean, torch.zeros_like(loaded.text_mean)) and float(loaded.text_scale) == 1.0
 
 
+@pytest.mark.e2e  # a child interpreter loads the text encoder
 def test_loading_the_text_encoder_prints_no_library_progress_bar():
     """A user's terminal shows our progress bars, not transformers' "Loading weights" bar."""
     import subprocess

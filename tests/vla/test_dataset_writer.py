@@ -161,6 +161,7 @@ def test_misuse_is_refused(tmp_path, features):
         writer.add_frame(frame_dict(0, 0), task="a")
 
 
+@pytest.mark.e2e  # a child interpreter records and encodes videos
 def test_no_encoder_statistics_on_the_terminal(tmp_path):
     """libx264 prints a statistics block per video at FFmpeg's INFO level, and lerobot's encoder
     thread hands logging back to FFmpeg's own printer after every video: a recording of several

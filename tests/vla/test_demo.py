@@ -4,9 +4,12 @@ import json
 import os
 import re
 
+import pytest
+
 from vla.cli import main
 
 
+@pytest.mark.e2e  # `vla demo`: a bridge process driven over the wire
 def test_demo_writes_frames_plot_and_summary(tmp_path, capsys):
     assert main(["demo", "--out", str(tmp_path), "--frame-every", "20"]) == 0
     (run,) = list(tmp_path.iterdir())
@@ -20,6 +23,7 @@ def test_demo_writes_frames_plot_and_summary(tmp_path, capsys):
     assert str(run) in capsys.readouterr().out
 
 
+@pytest.mark.e2e  # the whole slice through the real subcommands
 def test_slice_smoke_runs_record_train_and_dsrl_with_demos(tmp_path, capsys):
     """`vla demo --slice --smoke`: every stage of the slice at toy size, through the real subcommands."""
     import pytest

@@ -146,6 +146,7 @@ def test_summarize_counts_per_task():
     assert s["a"]["ci95"] == pytest.approx(list(wilson_interval(3, 10)))
 
 
+@pytest.mark.e2e  # `vla eval` on the sim bridge
 def test_vla_eval_end_to_end_on_the_sim(tmp_path):
     """A random (untrained) compact VLA, 2 episodes: the report, the plot and a video are written."""
     pytest.importorskip("lerobot")

@@ -63,6 +63,7 @@ def test_list_tasks_needs_no_root(capsys):
     assert "--root is required" in capsys.readouterr().err
 
 
+@pytest.mark.e2e  # `vla record` on the sim bridge
 def test_mistake_rate_records_the_experts_wrong_goal_as_kept_failures(tmp_path):
     """--mistake-rate 1 with a full-quality expert: every episode goes for a wrong cube, so every kept
     episode is a failure, and the side log says which rate made it (a multimodal base for RL)."""
@@ -85,6 +86,7 @@ def test_record_refuses_expert_knobs_without_the_scripted_expert(tmp_path, capsy
     assert argv[2] in capsys.readouterr().err
 
 
+@pytest.mark.e2e  # `vla record` on the sim bridge
 @pytest.mark.parametrize("code", ["deadline_exceeded", "safe_state"])
 def test_a_refused_late_command_discards_the_episode_and_records_its_scene_again(tmp_path, capsys, monkeypatch,
                                                                                     code):
@@ -130,6 +132,7 @@ def test_a_refused_late_command_discards_the_episode_and_records_its_scene_again
     assert ds.num_episodes == 2 and ds.num_frames == sum(s["frames"] for s in side)
 
 
+@pytest.mark.e2e  # `vla record` on the sim bridge
 def test_label_subskills_gives_each_frame_the_experts_sub_skill(tmp_path):
     """--label-subskills: the frames of a long task carry the sub-skill the expert was in (LeRobot's
     per-frame task), the episode log keeps the task's instruction and the segments."""
@@ -161,6 +164,7 @@ def test_label_subskills_is_refused_for_a_one_skill_task(tmp_path, capsys):
     assert "--label-subskills" in err and "place_cube_in_bowl" in err
 
 
+@pytest.mark.e2e  # two `vla record` processes, each with its own bridge
 def test_serve_own_lets_two_recordings_of_the_sim_run_at_once(tmp_path):
     """--serve own: each recording copies the simulated site onto leased ports and starts its own bridge, so two
     recordings of the same preset run side by side (the default port of the preset stays free)."""

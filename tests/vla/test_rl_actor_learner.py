@@ -369,6 +369,7 @@ def _assert_buffer_holds(buf, sent):
     np.testing.assert_array_equal(np.array([t["intervention"] for t in sent]), buf.extras["intervention"][:n])
 
 
+@pytest.mark.e2e  # actor and learner on the sim bridge
 def test_loopback_session_learner_buffers_hold_exactly_the_actors_transitions(tiny_vla, tmp_path, sim_client):
     from vla.envs import task_env
     from vla.models import load_vla
@@ -408,6 +409,7 @@ def test_loopback_session_learner_buffers_hold_exactly_the_actors_transitions(ti
     assert json.loads((tmp_path / "run/checkpoint/state.json").read_text())["step"] == 6
 
 
+@pytest.mark.e2e  # a learner process killed and resumed
 def test_learner_sigkill_and_resume_the_actor_survives_and_resends(tiny_vla, tmp_path, sim_client):
     from vla.envs import task_env
     from vla.models import load_vla
@@ -529,6 +531,7 @@ def test_cnn_encoder_is_refused_by_the_split_session(tmp_path, capsys):
         RLConfig.flat(checkpoint="x", out="o", task="pick_red_cube", encoder="resnet")
 
 
+@pytest.mark.e2e  # actor and learner on the sim bridge
 def test_async_updates_the_robot_acts_at_its_own_rate_and_the_learner_never_outruns_lockstep(
         tiny_vla, tmp_path, sim_client):
     """--updates async: a learner whose update rounds are slow (0.4 s each) does not hold the actor back: the

@@ -167,6 +167,7 @@ def test_cnn_encoder_session_stores_frames_and_resumes_exactly(tmp_path):
     np.testing.assert_array_equal(sess.online.action[:6], back.online.action[:6])
 
 
+@pytest.mark.e2e  # a `vla rl` process killed and resumed
 def test_kill_and_resume_continues_from_the_same_step_and_replay(tiny_vla, tmp_path):
     out = tmp_path / "run"
     cmd = [sys.executable, "-m", "vla.cli", "rl", "--checkpoint", tiny_vla, "--task", "pick_red_cube", "--out", str(out),
@@ -384,6 +385,7 @@ def test_an_operator_stop_at_reset_checkpoints_the_finished_episodes_and_resume_
     assert [e["episode"] for e in eps] == list(range(6))
 
 
+@pytest.mark.e2e  # a session on the sim bridge
 def test_oracle_encoder_session_stores_the_simulators_object_poses(tiny_vla, tmp_path):
     """`vla rl --encoder oracle` on the fast sim: every stored observation carries the privileged vector
     (object offsets from the gripper, orientations, gripper pose), and it changes as the arm moves."""

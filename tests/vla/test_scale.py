@@ -41,6 +41,7 @@ def _ports(site_yaml) -> set[int]:
     return {int(d[k].rpartition(":")[2]) for d in raw["devices"].values() for k in ("command", "stream") if k in d}
 
 
+@pytest.mark.e2e  # `vla eval` of the shipped base twice, once on two workers with bridges of their own
 def test_eval_workers_give_the_same_episodes_as_one_process(tmp_path):
     """The shipped base VLA (it reacts to what it sees: a one-level pixel change in a frame moves its actions) with
     `vla eval`'s default execution (temporal ensembling: a VLA call per tick). Each worker's episodes follow other
@@ -68,6 +69,7 @@ def test_eval_workers_give_the_same_episodes_as_one_process(tmp_path):
     assert len(p0) == len(p1) == 4 and not p0 & p1 and not (p0 | p1) & {5560, 5561, 5562, 5564}
 
 
+@pytest.mark.e2e  # two ray actors and their bridges
 def test_rl_two_ray_actors_feed_one_replay_buffer_with_disjoint_seeds(tiny_vla, tmp_path):
     from policies.common.replay import ReplayBuffer
     from session.config import RLConfig
@@ -106,6 +108,7 @@ def test_rl_two_ray_actors_feed_one_replay_buffer_with_disjoint_seeds(tiny_vla, 
     assert not _ports(out / "actors/actor0-site.yaml") & _ports(out / "actors/actor1-site.yaml")
 
 
+@pytest.mark.e2e  # two ray actors, one killed
 def test_rl_an_actor_killed_mid_episode_is_dropped_and_the_session_goes_on(tiny_vla, tmp_path):
     """``ray.kill`` of one actor at a random moment once both are acting: the session ends normally, every
     transition the survivor sent is in the replay buffer, the dead actor's finished episodes stay logged and its

@@ -188,6 +188,7 @@ def two_processes(tiny_dataset, tmp_path_factory) -> tuple[Path, subprocess.Comp
     return out, run_launched(2, cli_args(tiny_dataset, out) + ["--feature-cache", str(out.parent / "features")])
 
 
+@pytest.mark.e2e  # two training processes (the module's two_processes fixture)
 def test_two_processes_train_the_one_process_curve_and_only_the_main_one_writes(one_process, two_processes):
     out, p = two_processes
     assert_same_curve(losses(one_process), losses(out), range(1, 13))
@@ -210,6 +211,7 @@ def test_two_processes_train_the_one_process_curve_and_only_the_main_one_writes(
     assert torch.equal(a["generator"], b["generator"]) and torch.equal(a["rng"]["torch"], b["rng"]["torch"])
 
 
+@pytest.mark.e2e  # two training processes (the module's two_processes fixture)
 def test_a_run_of_two_processes_resumes_on_one(one_process, two_processes, tmp_path):
     """The 2-process run, killed after step 4, continued by one process: it ends where the 1-process run did."""
     run = tmp_path / "two_then_one"
