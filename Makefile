@@ -8,7 +8,7 @@ PYTHON312 ?= $(shell for p in python3.12 $$(ls -d $$HOME/.pyenv/versions/3.12*/b
 STAMPS := .stamps
 export MUJOCO_GL ?= egl
 
-.PHONY: demo bridge-demo test setup clean-venv bench base base-subskills extoken-bases
+.PHONY: demo bridge-demo test test-e2e setup clean-venv bench base base-subskills extoken-bases
 
 setup: $(STAMPS)/venv
 
@@ -41,8 +41,15 @@ demo: setup
 bridge-demo: setup
 	$(VENV)/bin/vla demo
 
+# Two tiers (markers in pyproject.toml, tests/conftest.py): `make test` is the fast tier (the contracts: wire schema,
+# watchdog, recorder SIGKILL, no torch on the Pi side, every policies.REGISTRY method on a toy env, a sim `vla record`);
+# `make test-e2e` is the rest CI runs (bench smoke tests, multi-process and CLI end-to-end runs). CI runs both;
+# `slow` and `hardware` stay out of either (`-m slow` by hand).
 test: setup
-	$(PY) -m pytest
+	$(PY) -m pytest -m "not e2e and not slow and not hardware"
+
+test-e2e: setup
+	$(PY) -m pytest -m "e2e and not slow and not hardware"
 
 bench: setup
 	$(PY) bench/bridge.py
