@@ -63,5 +63,9 @@ def test_slice_verdict_pairs_the_scenes_and_says_plainly_when_rl_did_not_lift():
     assert verdict(20, *k[:2], *k[2:]).startswith("RL lifted the base")
     swapped = [{"seed": s, "success": not e["success"]} for s, e in enumerate(base)]  # 10 vs 10, all discordant
     assert verdict(20, *paired_counts(base, swapped)).startswith("no lift")
+    worse = [{"seed": s, "success": s % 2 == 0 and s > 6} for s in range(20)]  # 6 vs 10: 4 only the base, 0 only RL
+    assert verdict(20, *paired_counts(base, worse)).startswith("no lift")  # p = 0.0625: not shown worse
+    much_worse = [{"seed": s, "success": s % 2 == 0 and s > 12} for s in range(20)]  # 3 vs 10: 7 only the base
+    assert verdict(20, *paired_counts(base, much_worse)).startswith("RL made it worse")
     with pytest.raises(ValueError, match="different scenes"):
         paired_counts(base, [{"seed": 99, "success": True}])

@@ -79,9 +79,12 @@ def verdict(n: int, base_k: int, rl_k: int, only_rl: int, only_base: int) -> str
     p = binomtest(only_rl, disc, 0.5, alternative="greater").pvalue if disc else 1.0
     if rl_k > base_k and p < 0.05:
         return f"RL lifted the base: {rl_k}/{n} against {base_k}/{n} on the same scenes (sign test p = {p:.3f})"
-    return (f"no lift: RL {rl_k}/{n} against the base's {base_k}/{n} on the same scenes ({only_rl} scenes only RL "
-            f"solved, {only_base} only the base; sign test p = {p:.2f}). No RL setting of this project has lifted the "
-            f"shipped base yet (bench/results/README.md); this run shows the session, not a lift")
+    p_worse = binomtest(only_base, disc, 0.5, alternative="greater").pvalue if disc else 1.0
+    what = "RL made it worse" if p_worse < 0.05 else "no lift"
+    p_shown = p_worse if p_worse < 0.05 else p
+    return (f"{what}: RL {rl_k}/{n} against the base's {base_k}/{n} on the same scenes ({only_rl} scenes only RL "
+            f"solved, {only_base} only the base; sign test p = {p_shown:.2f}). No RL setting of this project has lifted "
+            f"the shipped base yet (bench/results/README.md); this run shows the session, not a lift")
 
 
 def run_slice(args) -> int:
@@ -126,9 +129,11 @@ def run_slice(args) -> int:
     n = len(final["per_episode"])
     base_k, rl_k, only_rl, only_base = paired_counts(base["per_episode"], final["per_episode"])
     print(f"\n== done in {(time.monotonic() - t0) / 60:.1f} min: {run_dir}")
-    print(f"   {'policy':<26}{'success on ' + task:>26}")
-    print(f"   {'base VLA (' + checkpoint + ')':<26}{base_k:>21}/{n}")
-    print(f"   {'residual RL, ' + str(s['ticks']) + ' ticks':<26}{rl_k:>21}/{n}")
+    rows = [(f"base VLA ({checkpoint})", base_k), (f"residual RL, {s['ticks']} ticks", rl_k)]
+    w = max(len(r[0]) for r in rows) + 2
+    print(f"   {'policy':<{w}}success on {task}")
+    for label, k in rows:
+        print(f"   {label:<{w}}{k}/{n}")
     print(f"   {verdict(n, base_k, rl_k, only_rl, only_base)}")
     print(f"   learning curve: {os.path.join(rl_dir, 'learning_curve.png')}")
     return 0
