@@ -144,8 +144,9 @@ import numpy as np
 from robot_io.security import CurveKeys
 from robot_io.wire import Message, MessageType, ProtocolError, check_array, decode, encode
 
-PROTOCOL_VERSION = 1
-"""Version of the actor-learner link (header ``v``); a message with another is refused."""
+PROTOCOL_VERSION = 2
+"""Version of the actor-learner link (header ``v``); a message with another is refused. 2: a transition says whether
+a time limit cut the episode after it (``truncated``, issue 61)."""
 
 _TYPES = [
     # actor -> learner
