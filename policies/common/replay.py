@@ -223,7 +223,8 @@ class ReplayBuffer:
             raise ValueError(f"time_limit must be 'bootstrap' or 'terminal', got {time_limit!r}")
         if "truncated" not in self.extras:
             raise ValueError("time_limit 'terminal' needs to know which steps a time limit cut: this buffer has no "
-                             f"'truncated' extra (its extras: {sorted(self.extras)})")
+                             f"'truncated' extra (its extras: {sorted(self.extras)}; a replay saved before sessions "
+                             "stored it resumes with --time-limit bootstrap)")
         return self.done | self.extras["truncated"]
 
     def n_step_gather(self, idx: np.ndarray, n: int, gamma: float, device: torch.device | str = "cpu", *,
