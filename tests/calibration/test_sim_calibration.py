@@ -163,6 +163,7 @@ def test_bad_board_params_are_refused(value, match):
         board_config(value)
 
 
+@pytest.mark.e2e  # `vla calibrate` over a bridge process
 def test_vla_calibrate_end_to_end_over_the_bridge(tmp_path, sim, capsys):
     """`vla calibrate intrinsics`, `hand-eye` and `latency` on a simulated cell served on free ports:
     the files the site names get the known intrinsics and wrist pose, and each device's latency."""

@@ -205,6 +205,7 @@ def test_handover_at_close_applies_only_to_a_task_that_opens_with_a_pick():
     assert not dagger_hands_over(TASKS["push_block_to_marker"].skills, "close")
 
 
+@pytest.mark.e2e  # `vla record --dagger` on the sim bridge
 def test_vla_record_dagger_push_with_handover_close_is_driven_by_the_policy(tmp_path, capsys):
     """Round 24: a push's fingers are shut from the first tick, so a handover at the policy's first close gave the
     whole episode to the expert (pure expert demos, logged as DAgger). With --dagger-handover close the policy now

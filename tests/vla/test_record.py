@@ -41,6 +41,7 @@ def test_lerobot_loads_what_vla_record_wrote(recorded):
     assert last["action"].shape == (7,)
 
 
+@pytest.mark.e2e  # `vla replay` on the sim bridge
 def test_dataset_check_and_replay_reproduce_the_demo(recorded, capsys):
     assert main(["dataset", "check", "--root", str(recorded)]) == 0
     rc = main(["replay", "--robot", "sim-franka-fast", "--root", str(recorded), "--episode", "1"])

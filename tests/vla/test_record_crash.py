@@ -189,6 +189,7 @@ def zygote():
     proc.wait(timeout=10)
 
 
+@pytest.mark.e2e  # SIGKILLed recorder processes (the fast tier keeps tests/vla/test_record_sigkill.py)
 def test_sigkill_never_loses_a_saved_episode(tmp_path, zygote):
     result = _run_crash_trials(tmp_path, trials=10, size=32, frames=10, seed=1234, start=zygote)
     print("crash trials:", result)

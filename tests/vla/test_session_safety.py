@@ -50,6 +50,7 @@ def _session(tiny_vla, out, safety: bool):
     return summary, heights
 
 
+@pytest.mark.e2e  # two sessions on the sim bridge
 def test_the_workspace_layer_keeps_a_pushing_operator_inside_and_stores_what_ran(tiny_vla, tmp_path):
     from policies.common.replay import ReplayBuffer
 

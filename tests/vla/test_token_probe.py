@@ -10,6 +10,7 @@ import torch
 ROOT = Path(__file__).resolve().parents[2]
 
 
+@pytest.mark.e2e  # a bench smoke test: bench/token_probe.py at toy size
 def test_token_probe_tells_a_token_that_matters_from_one_that_does_not(tiny_dataset, tmp_path, monkeypatch):
     pytest.importorskip("lerobot")
     monkeypatch.syspath_prepend(str(ROOT / "bench"))
