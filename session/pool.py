@@ -110,8 +110,8 @@ def check_pool(cfg: RLConfig) -> list[str | None]:
         return [None] * n
     if cfg.actor_robots:
         return list(cfg.actor_robots)
+    from robot_io.bridge_process import is_simulated
     from robot_io.site import load_site
-    from vla.commands._bridge import is_simulated
 
     site = load_site(cfg.robot)
     if not is_simulated(site):

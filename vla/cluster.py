@@ -128,9 +128,9 @@ def worker_robot(robot: str, logs: str, name: str, tries: int = 3) -> Iterator[S
     exit; should another program take a leased port before the bridge binds it, a new lease is tried, ``tries``
     times). Any other site is a real robot's: reached as it is, its bridge already running next to it.
     ``logs``: the folder of the bridge's log and the site copy; ``name``: this worker's name in them."""
+    from robot_io.bridge_process import BridgeExited, is_simulated, running_bridge
     from robot_io.ports import PortLease
     from robot_io.site import load_site, relocate_site, site_ports
-    from vla.commands._bridge import BridgeExited, is_simulated, running_bridge
 
     site = load_site(robot)
     if not is_simulated(site):

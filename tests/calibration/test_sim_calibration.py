@@ -170,10 +170,10 @@ def test_vla_calibrate_end_to_end_over_the_bridge(tmp_path, sim, capsys):
     import textwrap
 
     from calibration.io import load_calibration
+    from robot_io.bridge_process import running_bridge
     from robot_io.site import load_site
     from tests.net import free_ports
     from vla.cli import main
-    from vla.commands._bridge import running_bridge
 
     p = free_ports(3)
     site = tmp_path / "site.yaml"

@@ -59,9 +59,9 @@ def bridge(tmp_path_factory):
     """(site file, arm-only site file on the same ports, a policy file with the exported layout).
     The exported compact VLA itself drives the arm in bench/edge.py (test_bench_edge.py); here a
     small graph with the same inputs and metadata keeps the test quick."""
+    from robot_io.bridge_process import running_bridge
     from robot_io.site import load_site
     from tests.deploy.graphs import toy_policy
-    from vla.commands._bridge import running_bridge
 
     d = tmp_path_factory.mktemp("edge")
     ports = free_ports(6)

@@ -25,8 +25,8 @@ DEADLINE_S = 1.0  # the bound is 2x this; 0.5 s left too little room for a satur
 @pytest.fixture(scope="module")
 def sim_arm(tmp_path_factory):
     """The simulated Franka (real time, no cameras) served by a bridge process on free ports."""
+    from robot_io.bridge_process import running_bridge
     from robot_io.site import load_site
-    from vla.commands._bridge import running_bridge
 
     d = tmp_path_factory.mktemp("serve_kill")
     ports = free_ports(2)

@@ -10,10 +10,10 @@ import types
 import pytest
 import zmq
 
+from robot_io.bridge_process import bridge_is_up
 from robot_io.client import CommandError
 from robot_io.robot import wait_for_bridge
 from robot_io.wire import Message, decode, encode, error_message
-from vla.commands._bridge import bridge_is_up
 
 
 class _BusyThenReady:

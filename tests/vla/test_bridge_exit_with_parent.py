@@ -53,8 +53,8 @@ def _site_and_starter(tmp_path: Path) -> tuple[Path, str]:
     starter = textwrap.dedent(f"""
         import sys, time
         sys.path.insert(0, {str(REPO_ROOT)!r})
+        from robot_io.bridge_process import running_bridge
         from robot_io.site import load_site
-        from vla.commands._bridge import running_bridge
         with running_bridge(load_site({str(site)!r}), {str(tmp_path / 'bridge.log')!r}):
             print("up", flush=True)
             time.sleep(600)

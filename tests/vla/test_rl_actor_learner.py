@@ -337,9 +337,9 @@ def test_an_actor_without_a_learner_gives_up_after_its_timeout():
 # -- sessions on the sim Franka -------------------------------------------------------------------
 @pytest.fixture(scope="module")
 def sim_client(tmp_path_factory):
+    from robot_io.bridge_process import running_bridge
     from robot_io.robot import RobotClient
     from robot_io.site import load_site
-    from vla.commands._bridge import running_bridge
 
     site = load_site("sim-franka-fast")
     with running_bridge(site, str(tmp_path_factory.mktemp("bridge") / "bridge.log")):

@@ -30,9 +30,9 @@ def tiny_vla(tmp_path_factory) -> str:
 
 
 def test_session_keeps_the_vla_frozen_and_records_interventions(tiny_vla, tmp_path):
+    from robot_io.bridge_process import running_bridge
     from robot_io.robot import RobotClient
     from robot_io.site import load_site
-    from vla.commands._bridge import running_bridge
     from vla.envs import task_env
     from vla.models import load_vla
     from session.runner import run_session

@@ -21,11 +21,11 @@ def tiny_vla(tmp_path_factory) -> str:
 
 def _session(tiny_vla, out, safety: bool):
     """An operator who pushes the arm up at the bridge's max step on every row of every chunk."""
+    from robot_io.bridge_process import running_bridge
     from robot_io.robot import RobotClient
     from robot_io.site import load_site
     from session.config import RLConfig
     from session.runner import run_session
-    from vla.commands._bridge import running_bridge
     from vla.envs import task_env
     from vla.models import load_vla
 

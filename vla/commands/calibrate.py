@@ -258,8 +258,8 @@ def _drive(args, site, camera: str, shift_deg: float = 0.0):
     import numpy as np
 
     from calibration import collect as C
+    from robot_io.bridge_process import running_bridge
     from robot_io.robot import RobotClient
-    from vla.commands._bridge import running_bridge
 
     if site.arm is None:
         raise ValueError(f"site {site.name!r} names no arm (robot.arm): --drive-arm and hand-eye need one")
@@ -337,9 +337,9 @@ def _manual_views(args, site, spec, board) -> list:
     import numpy as np
 
     from calibration.board import BoardDetector
+    from robot_io.bridge_process import running_bridge
     from robot_io.client import DeviceClient
     from robot_io.robot import _connectable
-    from vla.commands._bridge import running_bridge
 
     det = BoardDetector(board)
     kept, kept_sig = [], []
@@ -494,10 +494,10 @@ def run_hand_eye(args) -> int:
 def run_latency(args) -> int:
     from calibration.io import save_section
     from calibration.latency import measure
+    from robot_io.bridge_process import running_bridge
     from robot_io.client import DeviceClient, StreamReader
     from robot_io.robot import _connectable
     from robot_io.site import load_site
-    from vla.commands._bridge import running_bridge
 
     site = load_site(args.robot)
     names = args.device or list(site.devices)
@@ -555,9 +555,9 @@ def run_screen(args) -> int:
         if args.robot and args.camera:
             site, spec = _site_and_camera(args)
     else:
+        from robot_io.bridge_process import running_bridge
         from robot_io.client import DeviceClient
         from robot_io.robot import _connectable
-        from vla.commands._bridge import running_bridge
 
         site, spec = _site_and_camera(args)
         with running_bridge(site, _bridge_log(site), start=args.serve):

@@ -92,9 +92,9 @@ def run_slice(args) -> int:
     subcommand, on the fast sim Franka."""
     import json as _json
 
+    from robot_io.bridge_process import running_bridge
     from robot_io.site import load_site
     from vla.cli import main as vla_main
-    from vla.commands._bridge import running_bridge
 
     if args.full and args.smoke:
         raise ValueError("--full and --smoke: choose one")
@@ -190,10 +190,10 @@ def run(args) -> int:
     import numpy as np
     from tqdm import tqdm
 
+    from robot_io.bridge_process import running_bridge
     from robot_io.env import RobotEnv
     from robot_io.robot import RobotClient
     from robot_io.site import load_site
-    from vla.commands._bridge import running_bridge
 
     site = load_site(args.site)
     run_dir = os.path.join(args.out, "demo-" + dt.datetime.now().strftime("%Y%m%d-%H%M%S"))

@@ -116,8 +116,8 @@ def _check_workers(args) -> None:
 
     require_ray("--workers")
     if not args.env:
+        from robot_io.bridge_process import is_simulated
         from robot_io.site import load_site
-        from vla.commands._bridge import is_simulated
 
         site = load_site(args.robot)
         if not is_simulated(site):
@@ -138,9 +138,9 @@ def _temporal_ensemble(args) -> float | None:
 def run(args) -> int:
     import torch
 
+    from robot_io.bridge_process import running_bridge
     from robot_io.robot import RobotClient
     from robot_io.site import load_site
-    from vla.commands._bridge import running_bridge
     from vla.evaluate import evaluate
     from vla.models import load_vla
     from vla.train import resolve_checkpoint

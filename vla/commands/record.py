@@ -198,10 +198,10 @@ def run(args) -> int:
     from tqdm import tqdm
 
     import hardware.teleop as teleop_pkg
+    from robot_io.bridge_process import running_bridge
     from robot_io.env import RobotEnv
     from robot_io.robot import RobotClient
     from robot_io.site import load_site
-    from vla.commands._bridge import running_bridge
     from vla.data import EpisodeWriter, make_features
     from vla.data.recording import STALL_CODES, record_episode
 
@@ -264,7 +264,7 @@ def run(args) -> int:
     max_steps = args.max_steps or (task.max_steps if task else 300)
     site = load_site(args.robot)
     if args.serve == "own":
-        from vla.commands._bridge import is_simulated
+        from robot_io.bridge_process import is_simulated
 
         if not is_simulated(site):
             raise ValueError(f"--serve own copies a simulated site onto free ports; --robot {args.robot} is a real "

@@ -35,10 +35,10 @@ def run(args) -> int:
     import numpy as np
     from lerobot.datasets.lerobot_dataset import LeRobotDataset
 
+    from robot_io.bridge_process import running_bridge
     from robot_io.env import RobotEnv
     from robot_io.robot import RobotClient
     from robot_io.site import load_site
-    from vla.commands._bridge import running_bridge
 
     repo_id = args.repo_id or f"local/{os.path.basename(os.path.normpath(args.root))}"
     ds = LeRobotDataset(repo_id, root=args.root, episodes=[args.episode])

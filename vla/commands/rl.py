@@ -332,12 +332,12 @@ def run(args) -> int:
     if args.role == "actor":
         return run_actor(args)
 
+    from robot_io.bridge_process import running_bridge
     from robot_io.robot import RobotClient
     from robot_io.site import load_site
     from session.config import RLConfig
     from session.flags import given
     from session.runner import run_session
-    from vla.commands._bridge import running_bridge
     from vla.models import load_vla
     from vla.train import resolve_checkpoint
 
@@ -418,12 +418,12 @@ def run_actor(args) -> int:
     import json
     import tempfile
 
+    from robot_io.bridge_process import running_bridge
     from robot_io.robot import RobotClient
     from robot_io.site import load_site
     from session.actor import Actor, ActorConfig
     from session.flags import given
     from session.protocol import curve_keys
-    from vla.commands._bridge import running_bridge
     from vla.models import load_vla
     from vla.train import resolve_checkpoint
 
