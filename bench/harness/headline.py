@@ -59,15 +59,24 @@ def get(res: dict, name: str, *keys):
     return node
 
 
+def _provenance(res: dict) -> dict:
+    """The ``provenance`` block (bench/harness/results.py), else the file itself: older benches wrote ``date`` /
+    ``timestamp`` and ``commit`` at the top level."""
+    return res["provenance"] if isinstance(res.get("provenance"), dict) else res
+
+
+def _date(res: dict) -> str:
+    """The result's ISO date (and time, where it has one), "" when it has none."""
+    prov = _provenance(res)
+    return str(prov.get("date") or prov.get("timestamp") or res.get("date") or res.get("timestamp") or "")
+
+
 def when(res: dict) -> tuple[str, str | None]:
-    """(date YYYY-MM-DD, short commit or None) from the ``provenance`` block, else the file's own fields
-    (``date`` / ``timestamp``, ``commit``; older benches wrote those at the top level)."""
-    prov = res.get("provenance") if isinstance(res.get("provenance"), dict) else res
-    date = prov.get("date") or prov.get("timestamp") or res.get("date") or res.get("timestamp")
-    commit = prov.get("commit")
+    """(date YYYY-MM-DD or "undated", short commit -- marked when the tree was dirty -- or None)."""
+    commit = _provenance(res).get("commit")
     if commit:
-        commit = commit[:7] + (" (dirty tree)" if prov.get("dirty") else "")
-    return (str(date)[:10] if date else "undated"), commit
+        commit = commit[:7] + (" (dirty tree)" if _provenance(res).get("dirty") else "")
+    return _date(res)[:10] or "undated", commit
 
 
 def source(results: pathlib.Path, name: str, res: dict) -> str:
@@ -86,8 +95,7 @@ def newest(results: pathlib.Path, prefix: str, fits) -> tuple[str, dict]:
     for path in sorted(results.glob(f"{prefix}*.json")):
         res = json.loads(path.read_text())
         if isinstance(res, dict) and fits(res):
-            prov = res.get("provenance") if isinstance(res.get("provenance"), dict) else res
-            found.append((str(prov.get("date") or res.get("date") or res.get("timestamp") or ""), path.name, res))
+            found.append((_date(res), path.name, res))
     if not found:
         raise LayoutError(f"bench/results/{prefix}*.json: no file with the summary layout this row reads")
     _, name, res = max(found, key=lambda t: (t[0], t[1]))
@@ -140,13 +148,13 @@ def base_rows(results: pathlib.Path) -> list[Row]:
     total = get(model, name, "total")
     against = []
     for key, pair in get(res, name, "paired").items():
-        first, _, second = key.partition(" vs ")
-        if first == model["label"]:
+        label, _, reference = key.partition(" vs ")  # base_eval's "MODEL vs REFERENCE": second = MODEL
+        if label == model["label"]:
             p = pair["pooled"]
-            against.append(f"{p['second_only']} vs {p['first_only']} scenes against the {second} "
-                           f"(p = {p['p_exact_mcnemar']:.2g})")
+            against.append(f"paired by scene with the {reference}: {p['second_only']} scenes gained, "
+                           f"{p['first_only']} lost (p = {p['p_exact_mcnemar']:.2g})")
     rows.append((f"shipped base, all {len(model['tasks'])} tasks", f"**{frac(total['successes'], total['episodes'])}**",
-                 "; ".join(f"paired by scene: {a}" for a in against), src))
+                 "; ".join(against), src))
     return rows
 
 
