@@ -145,8 +145,7 @@ def load_source(checkpoint: str, rl_run: str | None = None, device: str = "auto"
 
     import torch
 
-    from vla.models import load_vla
-    from vla.train import resolve_checkpoint
+    from vla.models import load_vla, resolve_checkpoint
 
     if device == "auto":
         device = "cuda" if torch.cuda.is_available() else "cpu"

@@ -55,8 +55,7 @@ class ActorProcess:
         from robot_io.robot import RobotClient
         from session.actor import Actor
         from vla.cluster import worker_robot
-        from vla.models import load_vla
-        from vla.train import resolve_checkpoint
+        from vla.models import load_vla, resolve_checkpoint
 
         actor = Actor(self.cfg)
         try:

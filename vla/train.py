@@ -49,6 +49,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from vla.models import last_checkpoint, resolve_checkpoint  # noqa: F401 (also re-exported: bench/ scripts import them here)
 from vla.train_config import MODES, TrainConfig  # noqa: F401 (re-exported)
 
 
@@ -452,27 +453,6 @@ def save_checkpoint(run_dir: str, step: int, model, ema_model, opt, sched, gen: 
     for old in done[:-keep]:
         shutil.rmtree(os.path.join(ckpt_root, old), ignore_errors=True)
     return final
-
-
-def last_checkpoint(run_dir: str) -> str | None:
-    p = os.path.join(run_dir, "checkpoints", "last")
-    if not os.path.isfile(p):
-        return None
-    with open(p) as f:
-        d = os.path.join(run_dir, "checkpoints", f.read().strip())
-    return d if os.path.isdir(d) else None
-
-
-def resolve_checkpoint(path: str) -> str:
-    """A checkpoint directory (with config.json), or a run directory (-> its final model or its
-    last checkpoint)."""
-    if os.path.isfile(os.path.join(path, "config.json")):
-        return path
-    for cand in (os.path.join(path, "model"), last_checkpoint(path)):
-        if cand and os.path.isfile(os.path.join(cand, "config.json")):
-            return cand
-    raise FileNotFoundError(f"{path} is neither a checkpoint directory (config.json + model.safetensors) nor a "
-                            "run directory with one")
 
 
 def plot_loss(csv_path: str, png_path: str) -> None:

@@ -13,7 +13,8 @@ import torch
 pytest.importorskip("lerobot")
 
 from vla.data.demos import action_chunks, load_demos  # noqa: E402
-from vla.train import TrainConfig, last_checkpoint, resolve_checkpoint, train  # noqa: E402
+from vla.models import last_checkpoint, resolve_checkpoint  # noqa: E402
+from vla.train import TrainConfig, train  # noqa: E402
 
 
 def cfg_for(dataset: str, out, **kw) -> TrainConfig:

@@ -142,8 +142,7 @@ def run(args) -> int:
     from robot_io.robot import RobotClient
     from robot_io.site import load_site
     from vla.evaluate import evaluate
-    from vla.models import load_vla
-    from vla.train import resolve_checkpoint
+    from vla.models import load_vla, resolve_checkpoint
 
     if args.episodes <= 0:
         raise ValueError("--episodes must be positive")

@@ -79,9 +79,8 @@ def run_policy(args) -> int:
     import os
 
     from deploy.export import export_vla, load_dsrl_agent
-    from vla.models import load_vla
+    from vla.models import load_vla, resolve_checkpoint
     from vla.models.compact import CompactVLA
-    from vla.train import resolve_checkpoint
 
     if args.samples < 1:
         raise ValueError(f"--samples must be >= 1, got {args.samples}")

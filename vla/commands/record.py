@@ -296,8 +296,7 @@ def run(args) -> int:
                                 "to its first close command, and the expert carries out the rest)"))
         from vla.envs import ChunkDriver
         from vla.evaluate import make_policy
-        from vla.models import load_vla
-        from vla.train import resolve_checkpoint
+        from vla.models import load_vla, resolve_checkpoint
 
         from vla.envs import resolve_gripper
 

@@ -167,7 +167,7 @@ def session_gripper(cfg) -> str:
     """``--gripper`` made concrete for the session's arm: ``auto`` is what the checkpoint names (its config.json's
     ``execution.gripper``), else raw; a LeRobot hub id or a path without a config names none."""
     from vla.envs import resolve_gripper
-    from vla.train import resolve_checkpoint
+    from vla.models import resolve_checkpoint
 
     if cfg.gripper != "auto":
         return cfg.gripper
@@ -338,8 +338,7 @@ def run(args) -> int:
     from session.config import RLConfig
     from session.flags import given
     from session.runner import run_session
-    from vla.models import load_vla
-    from vla.train import resolve_checkpoint
+    from vla.models import load_vla, resolve_checkpoint
 
     if args.resume:
         cfg_path = os.path.join(args.resume, "rl_config.json")
@@ -424,8 +423,7 @@ def run_actor(args) -> int:
     from session.actor import Actor, ActorConfig
     from session.flags import given
     from session.protocol import curve_keys
-    from vla.models import load_vla
-    from vla.train import resolve_checkpoint
+    from vla.models import load_vla, resolve_checkpoint
 
     v = given(args, args.session_flags)
     actor = Actor(ActorConfig(learner=args.learner, learner_timeout_s=args.learner_timeout, keys=curve_keys(args.keys),

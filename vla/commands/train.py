@@ -149,7 +149,7 @@ def _init_settings(path: str) -> dict:
     """The TrainConfig fields that shape the model, read from a compact checkpoint's config.json."""
     import json
 
-    from vla.train import resolve_checkpoint
+    from vla.models import resolve_checkpoint
 
     with open(os.path.join(resolve_checkpoint(path), "config.json")) as f:
         meta = json.load(f)

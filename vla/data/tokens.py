@@ -172,7 +172,7 @@ def checkpoint_block(prior: TokenPrior) -> dict[str, Any]:
 def token_meta(checkpoint_dir: str) -> dict[str, Any] | None:
     """The ``tokens`` block of a checkpoint (or run directory) trained with ``vla train --tokens``:
     ``{"k", "unit", "prior" [K floats], "file_sha256"}``; None for a checkpoint trained without tokens."""
-    from vla.train import resolve_checkpoint
+    from vla.models import resolve_checkpoint
 
     cfg_path = os.path.join(resolve_checkpoint(checkpoint_dir), "config.json")
     with open(cfg_path) as f:

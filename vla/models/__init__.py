@@ -6,7 +6,8 @@ the compact flow VLA writes ``{"kind": "compact-flow-vla"}``, LeRobot policies w
 ``{"type": "pi0" | "pi05" | "smolvla"}``, a router over LeRobot ACT / Diffusion Policy peers
 (evaluation-only baselines, ``vla.models.lerobot_peers``) writes ``{"kind": "lerobot-peer"}``.
 A ``.onnx`` file written by ``vla export policy`` loads as ``vla.models.onnx_vla.OnnxVLA`` (its
-sampler only, for ``vla eval``).
+sampler only, for ``vla eval``). ``resolve_checkpoint(path)`` turns a run directory into the
+checkpoint directory it holds (what every command taking ``--vla`` / ``--checkpoint`` does first).
 """
 
 from __future__ import annotations
@@ -39,6 +40,29 @@ def checkpoint_kind(path: str) -> str:
     if kind not in BACKBONES:
         raise ValueError(f"{cfg}: unknown VLA kind {kind!r}; known: {sorted(BACKBONES)}")
     return kind
+
+
+def last_checkpoint(run_dir: str) -> str | None:
+    """The checkpoint ``checkpoints/last`` of a training run names (``vla.train.save_checkpoint`` writes
+    both), or None."""
+    p = os.path.join(run_dir, "checkpoints", "last")
+    if not os.path.isfile(p):
+        return None
+    with open(p) as f:
+        d = os.path.join(run_dir, "checkpoints", f.read().strip())
+    return d if os.path.isdir(d) else None
+
+
+def resolve_checkpoint(path: str) -> str:
+    """A checkpoint directory (with config.json), or a run directory (-> its final model or its
+    last checkpoint)."""
+    if os.path.isfile(os.path.join(path, "config.json")):
+        return path
+    for cand in (os.path.join(path, "model"), last_checkpoint(path)):
+        if cand and os.path.isfile(os.path.join(cand, "config.json")):
+            return cand
+    raise FileNotFoundError(f"{path} is neither a checkpoint directory (config.json + model.safetensors) nor a "
+                            "run directory with one")
 
 
 def load_vla(path: str):
