@@ -35,7 +35,7 @@ import numpy as np
 
 from vla.data.atomic import TEMP_SUFFIX, atomic_write_bytes, atomic_write_json
 from vla.data.episode_log import EPISODE_LOG_PATH, PENDING_PATH, LogScan, has_episode_log, scan_episode_log, write_log
-from vla.data.writer import BACKUP_INFO_PATH, CREATE_DIR_PREFIX, LOCK_PATH, DatasetLock
+from vla.data.layout import BACKUP_INFO_PATH, CREATE_DIR_PREFIX, LOCK_PATH, DatasetLock
 
 TRASH_DIR = ".repair_trash"
 INFO_PATH = "meta/info.json"

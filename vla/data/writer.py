@@ -74,25 +74,14 @@ from vla.data.episode_log import (
     write_log,
     write_pending,
 )
+from vla.data.integrity import INFO_PATH, load_info_dict, repair_locked_dataset, unfinished_creation
+from vla.data.layout import BACKUP_INFO_PATH, CREATE_DIR_PREFIX, LOCK_PATH, DatasetLock
 
 logger = logging.getLogger(__name__)
 
 ONE_EPISODE_PER_FILE_MB = 1e-6
 """File-size limit (MB) given to lerobot: any non-empty file exceeds it, so every episode
 starts new data / video / episode-metadata files (see the module docstring, point 1)."""
-
-LOCK_PATH = ".recovery/lock"
-"""Held (flock) by the process recording into the dataset; ``repair_dataset`` refuses to touch
-a locked dataset. The kernel drops the lock when its process dies, SIGKILL included."""
-
-BACKUP_INFO_PATH = ".recovery/info.json"
-"""Copy of the last committed ``meta/info.json``, used by ``repair_dataset`` when info.json is
-unreadable. Lives outside ``meta/`` so lerobot never reads it."""
-
-CREATE_DIR_PREFIX = ".recovery/create-"
-"""A new dataset's ``info.json`` is written by lerobot into ``<root>/.recovery/create-<pid>/`` and
-renamed into ``meta/`` (the moment the dataset exists); a kill before that leaves only files
-``repair_dataset`` recognises as an unfinished creation."""
 
 _LEROBOT_DEFAULT_KEYS = ("timestamp", "frame_index", "episode_index", "index", "task_index")
 
@@ -148,37 +137,6 @@ def make_features(
     features["intervention"] = {"dtype": "bool", "shape": (1,), "names": None}
     features["observation.capture_time"] = {"dtype": "float64", "shape": (1,), "names": None}
     return features
-
-
-# ------------------------------------------------------------------------------------------
-# The dataset lock
-# ------------------------------------------------------------------------------------------
-
-
-class DatasetLock:
-    """Exclusive, non-blocking ``flock`` on ``root/.recovery/lock``."""
-
-    def __init__(self, root: Path) -> None:
-        self._path = Path(root) / LOCK_PATH
-        self._fd: int | None = None
-
-    def acquire(self) -> bool:
-        import fcntl
-
-        self._path.parent.mkdir(parents=True, exist_ok=True)
-        fd = os.open(self._path, os.O_RDWR | os.O_CREAT, 0o644)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            os.close(fd)
-            return False
-        self._fd = fd
-        return True
-
-    def release(self) -> None:
-        if self._fd is not None:
-            os.close(self._fd)  # closing the descriptor drops the flock
-            self._fd = None
 
 
 def _atomic_write_tasks(tasks, local_dir: Path) -> None:
@@ -315,8 +273,6 @@ class EpisodeWriter:
         from lerobot.configs import RGBEncoderConfig
         from lerobot.datasets.lerobot_dataset import LeRobotDataset
 
-        from vla.data.integrity import unfinished_creation
-
         # libx264 prints a statistics block per video otherwise. lerobot's encoder thread calls
         # av.logging.restore_default_callback() after each video, which hands logging back to FFmpeg's
         # own printer: FFmpeg's level must be lowered too, not only PyAV's.
@@ -391,8 +347,6 @@ class EpisodeWriter:
         what ``repair_dataset`` resets as an unfinished creation (:data:`CREATE_DIR_PREFIX`)."""
         from lerobot.datasets.dataset_metadata import LeRobotDatasetMetadata
 
-        from vla.data.integrity import INFO_PATH, repair_locked_dataset, unfinished_creation
-
         if unfinished_creation(self._root):
             report = repair_locked_dataset(self._root)  # a killed creation: its leftovers go to the trash
             for action in report.actions:
@@ -420,8 +374,6 @@ class EpisodeWriter:
 
     def _open_episode_log(self, wanted: bool) -> None:
         """Make the dataset's episode log match ``episode_log`` (class docstring)."""
-        from vla.data.integrity import load_info_dict
-
         episodes = load_info_dict(self._root)["total_episodes"]
         has_log = has_episode_log(self._root)
         if wanted and not has_log:
@@ -438,8 +390,6 @@ class EpisodeWriter:
 
     def _check_and_repair(self, repo_id: str, fps: int, features: dict, robot_type: str) -> None:
         """Restore the dataset to its last committed episode (we hold its lock), then compare."""
-        from vla.data.integrity import load_info_dict, repair_locked_dataset
-
         report = repair_locked_dataset(self._root)
         if not report.ok:
             raise RuntimeError(

@@ -42,7 +42,7 @@ from typing import Any
 import torch
 from torch import nn
 
-MODES = ("frozen", "lora", "full")
+from vla.models.modes import apply_mode
 
 
 @dataclasses.dataclass
@@ -224,8 +224,6 @@ class VLA(nn.Module, abc.ABC):
 
     def set_mode(self, mode: str, lora_rank: int = 8, lora_alpha: int = 16,
                  lora_targets: tuple[str, ...] | None = None) -> "VLA":
-        from vla.models.modes import apply_mode
-
         apply_mode(self, mode, lora_rank=lora_rank, lora_alpha=lora_alpha, lora_targets=lora_targets)
         return self
 

@@ -10,7 +10,9 @@ from __future__ import annotations
 
 from torch import nn
 
-from vla.models.base import MODES
+MODES = ("frozen", "lora", "full")
+"""What ``apply_mode`` accepts (``vla.models.base.VLA.set_mode`` calls it); ``vla.train_config``
+keeps a torch-free copy for the command line."""
 
 
 def _freeze(m: nn.Module) -> None:
