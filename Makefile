@@ -52,7 +52,7 @@ test-e2e: setup
 	$(PY) -m pytest -m "e2e and not slow and not hardware"
 
 bench: setup
-	$(PY) bench/bridge.py
+	$(PY) -m bench.bridge
 
 clean-venv:
 	rm -rf $(VENV) $(STAMPS)
@@ -121,7 +121,7 @@ base: setup
 	--noise zero --videos 0"
 
 # the six-task model with sub-skill labels and paraphrases (bench/results/vla_sft round 15: the vocabulary
-# a prompt policy composes; SARL's base, committed: bench/sarl.py); about 35 min on 2 cores
+# a prompt policy composes; SARL's base, committed: python -m bench.sarl); about 35 min on 2 cores
 base-subskills:
 	$(MAKE) base BASE_TASKS="pick_red_cube pick_blue_cube lift_green_cube place_cube_in_bowl stack_cubes \
 	  push_block_to_marker" BASE_SEGMENTED="place_cube_in_bowl stack_cubes" BASE_DATA=data/base_subskills \
@@ -131,7 +131,7 @@ base-subskills:
 # ExToken's two bases (bench/results/README.md "ExToken", round 3): pick_red_cube_yaw45 recorded in both grasp turns
 # over the same 160 scenes (seeds 1000..1159, so the image does not give the turn away), behaviour tokens from the
 # turns (`vla tokens`), then the token-conditioned VLA and the token-free one on the same demos, copied to
-# $(EXTOKEN_OUT)/tokens and notokens (not committed): `bench/extoken.py --checkpoint runs/extoken/tokens
+# $(EXTOKEN_OUT)/tokens and notokens (not committed): `python -m bench.extoken --checkpoint runs/extoken/tokens
 # --baseline-checkpoint runs/extoken/notokens`.
 # About 12 min recording + 2 x 17 min training on 2 cores.
 EXTOKEN_DATA ?= data/extoken
@@ -153,6 +153,6 @@ extoken-bases: setup
 	    $(EXTOKEN_TRAIN_FLAGS) --out $$run || exit 1; \
 	  rm -rf $(EXTOKEN_OUT)/$$kind && mkdir -p $(EXTOKEN_OUT) && cp -r $$run/model $(EXTOKEN_OUT)/$$kind || exit 1; \
 	done
-	@echo ">> $(EXTOKEN_OUT)/tokens, $(EXTOKEN_OUT)/notokens; measure: .venv/bin/python bench/token_scenes.py \
+	@echo ">> $(EXTOKEN_OUT)/tokens, $(EXTOKEN_OUT)/notokens; measure: .venv/bin/python -m bench.archive.token_scenes \
 	--checkpoint $(EXTOKEN_OUT)/tokens --tokens $(EXTOKEN_DATA)/tokens_k2.json \
 	--baseline-checkpoint $(EXTOKEN_OUT)/notokens"

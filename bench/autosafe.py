@@ -18,7 +18,7 @@ every arm acts with its own actor from the first step and updates after ``--lear
   executed action.
 
 ``--env arm`` (writes ``autosafe_arm.json``): the simulated Franka reaching a goal in the middle half of a
-workspace box, from a home pose 3 cm under its top face (``bench/arm_reach.py``: end-effector displacement
+workspace box, from a home pose 3 cm under its top face (the arm body below: end-effector displacement
 actions of up to 3 cm per 10 Hz step,
 reward ``exp(-|p - g| / 5 cm)``, 40-step episodes). The safe action is a proportional controller back to
 the box centre and Delta the normalised distance to the nearest face
@@ -36,12 +36,11 @@ margin inside it, in Hz. Goals (issue 18): AutoSafe 0 violations; its final retu
 
 Writes ``bench/results/autosafe[_arm].json`` and ``.png``.
 
-    .venv/bin/python bench/autosafe.py [--env cartpole|arm] [--quick] [--out DIR] [--steps N] [--seeds N]
+    .venv/bin/python -m bench.autosafe [--env cartpole|arm] [--quick] [--out DIR] [--steps N] [--seeds N]
 """
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import datetime as _dt
 import json
@@ -52,19 +51,21 @@ import sys
 import time
 from typing import Any, Callable
 
-ROOT = pathlib.Path(__file__).resolve().parents[1]
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
+import gymnasium as gym
+import numpy as np
+import torch
+from gymnasium import spaces
 
-import numpy as np  # noqa: E402
-import torch  # noqa: E402
+from policies.common.replay import ReplayBuffer
+from policies.common.sac import SAC, SACConfig
+from policies.safety.autosafe import AutoSafeSAC, SimplexFilter
+from policies.safety.cartpole import ContinuousCartPoleEnv, lqr, safety_spec, step_dynamics
+from policies.safety.config import AutoSafeConfig
+from policies.safety.workspace import Workspace, certified_sharpness, workspace_spec
 
-from policies.common.replay import ReplayBuffer  # noqa: E402
-from policies.common.sac import SAC, SACConfig  # noqa: E402
-from policies.safety.autosafe import AutoSafeSAC, SimplexFilter  # noqa: E402
-from policies.safety.cartpole import ContinuousCartPoleEnv, lqr, safety_spec, step_dynamics  # noqa: E402
-from policies.safety.config import AutoSafeConfig  # noqa: E402
-from policies.safety.workspace import Workspace, certified_sharpness, workspace_spec  # noqa: E402
+from bench.harness import flags, plots
+from bench.harness.results import write_result
+
 
 ARMS = ("sac", "autosafe", "sac+simplex")
 X_GOAL, X_SCALE, FORCE = 0.5, 2.0, 10.0
@@ -113,36 +114,141 @@ def cartpole_body() -> Body:
         result="autosafe", defaults={"steps": 20_000, "max_steps": 500, "learning_starts": 1000})
 
 
-def arm_body() -> Body:
-    from bench import arm_reach as ar  # MuJoCo: imported only for this body
+# ---- The arm body of ``bench/autosafe.py``: reach a goal near a face of the workspace box on the simulated Franka.
+#
+# Lives in ``bench/`` because ``policies/`` never imports ``hardware/`` (DESIGN.md): the agent only sees the
+# gymnasium env, and the safety layer only the observation's end-effector position.
+#
+# * The arm: ``hardware.sim_franka.SimFranka`` in process, fast mode (no thread, no camera), one env step =
+#   one 10 Hz control period (50 physics steps at 500 Hz, differential IK at 100 Hz). Orientation and
+#   gripper are held at the home pose's.
+# * Action ``a`` [3] in [-1, 1]: an end-effector displacement command, the target of the step is the
+#   measured position + ``STEP a`` (the layout of ``policies.safety.workspace.Workspace``, ``step`` = STEP).
+# * Observation [9]: end-effector position p (3), goal g (3), g - p (3).
+# * Reward ``exp(-|p - g| / 5 cm)`` per step (1 at the goal, positive, so returns compare as ratios).
+# * The workspace: the box ``WORKSPACE_LOW`` .. ``WORKSPACE_HIGH`` (a violation is a step that ends with
+#   the measured end effector outside it). The goal is uniform in the box's middle (``GOAL_FRACTION`` of each
+#   half extent around the centre): the task never needs the faces, so the best behaviour stays inside, while
+#   exploration (and the home pose, 3 cm under the top face) takes an unguarded learner out. Goals near a face
+#   would be a different test: AutoSafe's blend grows toward the faces, and within ``step / gain`` of the
+#   balance ``lambda / (1 - lambda) = step / (gain |c - p|)`` its agent cannot hold a point there at all.
+# * The safety layer's box is the workspace shrunk by ``TRACKING_MARGIN`` on every face: the layer's
+#   certificate holds for the displacement model p' = p + step a; the margin covers the simulated arm's
+#   tracking error about that model (see ``tracking_error`` and the JSON's ``model_error``).
+#
+# No episode ends early (a box face is not a wall here; a real table is).
 
-    lo, hi = ar.guard_box()
-    ws = Workspace(lo, hi, step=ar.STEP, gain=0.2, action_bound=1.0)
+WORKSPACE_LOW, WORKSPACE_HIGH = (0.35, -0.20, 0.25), (0.70, 0.20, 0.55)
+TRACKING_MARGIN = 0.015
+"""m: the safety layer's box is the workspace shrunk by this on every face."""
+STEP = 0.03
+"""m of end-effector displacement per unit action, per step."""
+GOAL_FRACTION = 0.5
+"""Goals are uniform in centre +- GOAL_FRACTION * half extent of the workspace."""
+REWARD_SCALE = 0.05
+OBS_DIM, ACT_DIM = 9, 3
+
+
+def guard_box() -> tuple[tuple[float, ...], tuple[float, ...]]:
+    """The safety layer's box (the workspace shrunk by ``TRACKING_MARGIN``)."""
+    return (tuple(v + TRACKING_MARGIN for v in WORKSPACE_LOW), tuple(v - TRACKING_MARGIN for v in WORKSPACE_HIGH))
+
+
+def inside_workspace(p: np.ndarray) -> bool:
+    return bool(np.all(p >= np.asarray(WORKSPACE_LOW)) and np.all(p <= np.asarray(WORKSPACE_HIGH)))
+
+
+def sample_goal(rng: np.random.Generator) -> np.ndarray:
+    """Uniform in the middle of the box (``GOAL_FRACTION`` of each half extent around the centre)."""
+    lo, hi = np.asarray(WORKSPACE_LOW), np.asarray(WORKSPACE_HIGH)
+    c, h = (lo + hi) / 2, (hi - lo) / 2
+    return rng.uniform(c - GOAL_FRACTION * h, c + GOAL_FRACTION * h)
+
+
+class ArmReachEnv(gym.Env):
+    metadata = {"render_modes": []}
+
+    def __init__(self, max_steps: int = 40, seed: int = 0) -> None:
+        from hardware.sim_franka import SimFranka  # MuJoCo: imported only for this body
+
+        self.arm = SimFranka(realtime=False, control_substeps=50, seed=seed)
+        self.arm.connect()
+        self.max_steps = int(max_steps)
+        self.observation_space = spaces.Box(-np.inf, np.inf, (OBS_DIM,), np.float32)
+        self.action_space = spaces.Box(-1.0, 1.0, (ACT_DIM,), np.float32)
+        self.rng = np.random.default_rng(seed)
+        self.goal = np.zeros(3)
+        self.steps = 0
+        self.model_errors: list[float] = []
+        """|measured p' - (p + STEP a)| of every step: the arm's error about the layer's displacement model."""
+
+    def _obs(self) -> np.ndarray:
+        p = np.asarray(self.arm.read_state().ee_pos, np.float64)
+        self._p = p
+        return np.concatenate([p, self.goal, self.goal - p]).astype(np.float32)
+
+    def reset(self, *, seed: int | None = None, options=None):
+        super().reset(seed=seed)
+        if seed is not None:
+            self.rng = np.random.default_rng(seed)
+        st = self.arm.reset(seed=int(self.rng.integers(2**31)))
+        self._quat = np.asarray(st.ee_quat, np.float64)
+        self.goal = sample_goal(self.rng)
+        self.steps = 0
+        obs = self._obs()
+        return obs, {"safe": inside_workspace(self._p)}
+
+    def step(self, action):
+        a = np.clip(np.asarray(action, np.float64).reshape(ACT_DIM), -1.0, 1.0)
+        target = self._p + STEP * a
+        self.arm.command_ee_pose(target, self._quat, gripper=1.0)
+        self.arm.step()
+        self.steps += 1
+        obs = self._obs()
+        self.model_errors.append(float(np.linalg.norm(self._p - target)))
+        dist = float(np.linalg.norm(self._p - self.goal))
+        r = float(np.exp(-dist / REWARD_SCALE))
+        trunc = self.steps >= self.max_steps
+        return obs, r, False, trunc, {"safe": inside_workspace(self._p), "dist": dist}
+
+    def close(self) -> None:
+        self.arm.disconnect()
+
+
+def tracking_error(errors: list[float]) -> dict:
+    e = np.asarray(errors) if errors else np.zeros(1)
+    return {"steps": len(errors), "mean_m": float(e.mean()), "p99_m": float(np.percentile(e, 99)),
+            "max_m": float(e.max())}
+
+
+def arm_body() -> Body:
+    lo, hi = guard_box()
+    ws = Workspace(lo, hi, step=STEP, gain=0.2, action_bound=1.0)
     # the learned sharpness may go as far as the certificate allows (4.3 here; the cart-pole's cap is 2)
     cap = float(np.floor(certified_sharpness(ws) * 100) / 100)
-    spec = workspace_spec(ws, ar.ACT_DIM)
+    spec = workspace_spec(ws, ACT_DIM)
 
     def predict(obs: torch.Tensor, action: torch.Tensor) -> torch.Tensor:  # the displacement model p' = p + step a
         nxt = obs.clone()
-        nxt[:, :3] = obs[:, :3] + ar.STEP * action.clamp(-1, 1)
+        nxt[:, :3] = obs[:, :3] + STEP * action.clamp(-1, 1)
         return nxt
 
     def sample_states(rng: np.random.Generator, n: int) -> np.ndarray:
         p = rng.uniform(lo, hi, (n, 3))
-        g = np.stack([ar.sample_goal(rng) for _ in range(n)])
+        g = np.stack([sample_goal(rng) for _ in range(n)])
         return np.concatenate([p, g, g - p], 1).astype(np.float32)
 
     return Body(
-        name="arm", obs_dim=ar.OBS_DIM, act_dim=ar.ACT_DIM,
-        make_env=lambda max_steps, seed: ar.ArmReachEnv(max_steps=max_steps, seed=seed),
+        name="arm", obs_dim=OBS_DIM, act_dim=ACT_DIM,
+        make_env=lambda max_steps, seed: ArmReachEnv(max_steps=max_steps, seed=seed),
         spec=spec, predict=predict, sample_states=sample_states,
-        config={"env": {"workspace_low": list(ar.WORKSPACE_LOW), "workspace_high": list(ar.WORKSPACE_HIGH),
-                        "step_m": ar.STEP, "goal_fraction": ar.GOAL_FRACTION, "reward_scale_m": ar.REWARD_SCALE,
+        config={"env": {"workspace_low": list(WORKSPACE_LOW), "workspace_high": list(WORKSPACE_HIGH),
+                        "step_m": STEP, "goal_fraction": GOAL_FRACTION, "reward_scale_m": REWARD_SCALE,
                         "control_hz": 10},
-                "safe_set": {"guard_low": list(lo), "guard_high": list(hi), "tracking_margin_m": ar.TRACKING_MARGIN,
+                "safe_set": {"guard_low": list(lo), "guard_high": list(hi), "tracking_margin_m": TRACKING_MARGIN,
                              "safe_gain": ws.gain, "certified_sharpness": certified_sharpness(ws)}},
         result="autosafe_arm", defaults={"steps": 10_000, "max_steps": 40, "learning_starts": 1000},
-        finish=lambda env: {"model_error": ar.tracking_error(env.model_errors)}, autosafe={"sharpness_max": cap})
+        finish=lambda env: {"model_error": tracking_error(env.model_errors)}, autosafe={"sharpness_max": cap})
 
 
 BODIES = {"cartpole": cartpole_body, "arm": arm_body}
@@ -260,10 +366,7 @@ def summarise(runs: list[dict]) -> dict:
 
 
 def plot(res: dict, path: pathlib.Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = plots.pyplot()
 
     colors = {"sac": "#c44e52", "autosafe": "#4c72b0", "sac+simplex": "#55a868"}
     fig, (a, b, c) = plt.subplots(1, 3, figsize=(15, 4.4))
@@ -301,8 +404,7 @@ def plot(res: dict, path: pathlib.Path) -> None:
                  f"{len(res['config']['seeds'])} seed(s) per arm; {m['cpu_count']} cores, load "
                  f"{m['loadavg_1m_start']:.1f} ({res['mode']})", fontsize=10)
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    plots.save(fig, path, dpi=110)
 
 
 def _previous_runs(path: pathlib.Path, config: dict, seeds: list[int], quick: bool) -> list[dict]:
@@ -321,12 +423,12 @@ def _previous_runs(path: pathlib.Path, config: dict, seeds: list[int], quick: bo
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = flags.parser("autosafe", __doc__, out=False)
     ap.add_argument("--env", choices=sorted(BODIES), default="cartpole",
                     help="cartpole (LQR safe set; autosafe.json) or arm (simulated Franka, workspace box; "
                          "autosafe_arm.json)")
-    ap.add_argument("--quick", action="store_true", help="150 steps, 40 updates, small networks, 1 seed (a smoke run, not a measurement)")
-    ap.add_argument("--out", type=pathlib.Path, default=ROOT / "bench" / "results")
+    flags.add_quick(ap, "150 steps, 40 updates, small networks, 1 seed (a smoke run, not a measurement)")
+    flags.add_out(ap)
     ap.add_argument("--steps", type=int, default=None, help="env steps per arm and seed (cartpole 20000, arm 10000)")
     ap.add_argument("--seeds", type=int, default=3)
     ap.add_argument("--seed-start", type=int, default=0,
@@ -392,11 +494,7 @@ def main(argv=None) -> int:
                                       "measured": hz, "met": bool(hz >= GOAL_HZ)}},
            "runs": runs, "wall_s": None}
     res["wall_s"] = time.perf_counter() - t_start
-    args.out.mkdir(parents=True, exist_ok=True)
-    tmp = json_path.with_suffix(".json.tmp")
-    with open(tmp, "w") as f:
-        json.dump(res, f, indent=2)
-    os.replace(tmp, json_path)  # a killed run never leaves a half-written results file
+    write_result(json_path, res, "autosafe", argv, args.quick)  # atomic: a killed run leaves no half-written file
     plot(res, png_path)
     print(f"\n{'arm':<12} {'viol steps':>10} {'viol eps':>9} {'falls':>6} {'final return':>13}")
     for arm in ARMS:

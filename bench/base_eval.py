@@ -2,7 +2,7 @@
 """Acceptance 1's protocol for multi-task checkpoints: ``vla eval`` on unseen scenes, every task the checkpoint
 was trained on, several checkpoints side by side, paired.
 
-Run ``.venv/bin/python bench/base_eval.py --model LABEL=CHECKPOINT [--model ...] [--episodes 50]
+Run ``.venv/bin/python -m bench.base_eval --model LABEL=CHECKPOINT [--model ...] [--episodes 50]
 [--noise zero] [--gripper auto] [--jobs 2] [--name base_eval] [--runs-dir runs/base_eval] [--quick]``.
 
 For each model the checkpoint's ``sim_tasks`` are split over ``--jobs`` ``vla eval`` processes, each on a
@@ -29,9 +29,9 @@ import subprocess
 import sys
 import time
 
-ROOT = pathlib.Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-sys.path.append(str(ROOT / "bench"))  # after ROOT: bench/vla.py must not shadow the vla package
+from bench.harness import flags, plots, stats
+from bench.harness.results import ROOT, write_result
+
 
 GOALS = {"pick_red_cube": 0.85, "pick_blue_cube": 0.85, "lift_green_cube": 0.85, "place_cube_in_bowl": 0.75,
          "push_block_to_marker": 0.75, "stack_cubes": 0.60}
@@ -53,11 +53,9 @@ def split_tasks(tasks: list[str], jobs: int) -> list[list[str]]:
 
 
 def mcnemar(first: dict, second: dict) -> dict:
-    """Exact two-sided McNemar test on the scenes both ran (``export_success.paired``): ``second_only`` scenes the
+    """Exact two-sided McNemar test on the scenes both ran (``bench.harness.stats.mcnemar``): ``second_only`` scenes the
     second model solved and the first did not, ``first_only`` the reverse."""
-    from export_success import paired
-
-    r = paired(first, second)
+    r = stats.mcnemar(first, second)
     return {"second_only": r["only_second"], "first_only": r["only_first"],
             "p_exact_mcnemar": float(f"{r['mcnemar_p']:.3g}"), "pairs": r["episodes"]}
 
@@ -85,7 +83,7 @@ def evaluate(label: str, ckpt: str, tasks: list[str], args, runs: pathlib.Path) 
     """The model's episodes (task, seed) -> success and its evaluation wall clock. Finished evaluations in its
     run directory with the same settings are read back (any split of the tasks); the tasks none covers are run,
     split over ``args.jobs`` processes."""
-    from dsrl import site_with_ports
+    from bench.harness.sites import site_copy
 
     want = {"episodes_per_task": args.episodes, "noise": args.noise, "seed_start": SEED_START}
     if args.gripper != "auto":
@@ -101,7 +99,7 @@ def evaluate(label: str, ckpt: str, tasks: list[str], args, runs: pathlib.Path) 
     for j, group in enumerate(split_tasks(todo, args.jobs) if todo else []):
         out = base / f"{stamp}-job{j}"
         out.mkdir(parents=True, exist_ok=True)
-        site = site_with_ports(str(out / "site.yaml"), args.port + 10 * j)
+        site = site_copy(str(out / "site.yaml"), None if args.port is None else args.port + 10 * j)
         cmd = [sys.executable, "-m", "vla.cli", "eval", "--checkpoint", ckpt, "--robot", site,
                "--episodes", str(args.episodes), "--noise", args.noise, "--gripper", args.gripper,
                "--videos", "0", "--threads", "1", "--seed-start", str(SEED_START), "--out", str(out)]
@@ -145,10 +143,7 @@ def summarize(label: str, ckpt: str, tasks: list[str], res: dict) -> dict:
 
 
 def plot(models: list[dict], path: pathlib.Path, title: str) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = plots.pyplot()
     import numpy as np
 
     tasks = list(models[0]["tasks"])
@@ -172,8 +167,7 @@ def plot(models: list[dict], path: pathlib.Path, title: str) -> None:
     ax.legend(fontsize=7, loc="lower left")
     ax.grid(axis="y", alpha=0.3)
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    plots.save(fig, path, dpi=110)
     from PIL import Image  # matplotlib's own dependency
 
     Image.open(path).convert("RGB").quantize(64).save(path, optimize=True)  # a palette PNG: a third of the bytes
@@ -190,13 +184,14 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--noise", default="zero", help="vla eval --noise (default zero)")
     ap.add_argument("--gripper", default="auto", choices=["auto", "raw", "binary"],
                     help="vla eval --gripper (default auto: what each checkpoint names)")
-    ap.add_argument("--jobs", type=int, default=2, help="vla eval processes per model, each with its own bridge")
-    ap.add_argument("--port", type=int, default=6700, help="first port of the bench's bridges (job j: PORT + 10 j)")
+    flags.add_jobs(ap, 2, "vla eval processes per model, each with its own bridge")
+    ap.add_argument("--port", type=int, default=None,
+                    help="first port of the bench's bridges (job j: PORT + 10 j; default: ports leased on this machine)")
     ap.add_argument("--name", default="base_eval", help="results file name (OUT/NAME.json, .png)")
     ap.add_argument("--title", default=None, help="plot title")
     ap.add_argument("--runs-dir", default="runs/base_eval")
-    ap.add_argument("--out", default=str(ROOT / "bench" / "results"))
-    ap.add_argument("--quick", action="store_true", help="smoke test: the first task, 2 scenes, one job")
+    flags.add_out(ap, type=str)
+    flags.add_quick(ap, "smoke test: the first task, 2 scenes, one job")
     args = ap.parse_args(argv)
     models = []
     for spec in args.model:
@@ -237,11 +232,8 @@ def main(argv: list[str] | None = None) -> int:
               f" --episodes {args.episodes} --noise {args.noise} --gripper {args.gripper} --jobs {args.jobs}",
               "models": summaries, "paired": paired}
     out = pathlib.Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
     name = args.name + ("_quick" if args.quick and args.name == "base_eval" else "")
-    tmp = out / f"{name}.json.tmp"
-    tmp.write_text(json.dumps(report, indent=1))
-    os.replace(tmp, out / f"{name}.json")
+    write_result(out / f"{name}.json", report, "base_eval", argv, args.quick, indent=1)
     plot(summaries, out / f"{name}.png", args.title or f"vla eval, {args.episodes} unseen scenes per task, "
                                                        f"noise {args.noise}, gripper {args.gripper}")
     for m in summaries:

@@ -1,7 +1,7 @@
 #!/usr/bin/env python
 """Bridge benchmark: the robot_io ZMQ bridge against raw pyzmq on the same sockets (tcp loopback).
 
-Run ``.venv/bin/python bench/bridge.py [--quick] [--out DIR]``. It writes ``DIR/bridge.json``
+Run ``.venv/bin/python -m bench.bridge [--quick] [--out DIR]``. It writes ``DIR/bridge.json``
 and ``DIR/bridge.png`` (default DIR: bench/results) and prints a table. Two measurements, both
 in this one run:
 
@@ -51,7 +51,6 @@ from __future__ import annotations
 import argparse
 import datetime as _dt
 import gc
-import json
 import multiprocessing as mp
 import os
 import pathlib
@@ -62,19 +61,19 @@ import sys
 import threading
 import time
 
-ROOT = pathlib.Path(__file__).resolve().parents[1]
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
+import msgpack
+import numpy as np
+import zmq
 
-import msgpack  # noqa: E402
-import numpy as np  # noqa: E402
-import zmq  # noqa: E402
+from hardware.null_arm import NullArm
+from hardware.synthetic_camera import SyntheticCamera
+from robot_io.client import BridgeTimeout, DeviceClient, StreamReader
+from robot_io.server import ArmService, CameraService, DeviceServer
+from robot_io.wire import Message, decode, encode
 
-from hardware.null_arm import NullArm  # noqa: E402
-from hardware.synthetic_camera import SyntheticCamera  # noqa: E402
-from robot_io.client import BridgeTimeout, DeviceClient, StreamReader  # noqa: E402
-from robot_io.server import ArmService, CameraService, DeviceServer  # noqa: E402
-from robot_io.wire import Message, decode, encode  # noqa: E402
+from bench.harness import flags, plots
+from bench.harness.results import write_result
+
 
 GOAL_RTT_RATIO = 1.25
 GOAL_AGE_P99_MS = 5.0
@@ -787,9 +786,7 @@ def _log_axis(ax, ticks) -> None:
 
 
 def plot(res: dict, path: pathlib.Path) -> None:
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = plots.pyplot()
 
     rtt, cams = res["rtt"], res["cameras"]
     fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(14, 6.2))
@@ -838,14 +835,13 @@ def plot(res: dict, path: pathlib.Path) -> None:
     fig.suptitle(f"robot_io bridge vs raw pyzmq, tcp loopback, {res['machine']['cpu_count']} CPU(s), "
                  f"{res['mode']} mode, {res['timestamp']}", fontsize=10)
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    plots.save(fig, path, dpi=110)
 
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--quick", action="store_true", help="a few seconds (for tests); noisier figures")
-    ap.add_argument("--out", type=pathlib.Path, default=ROOT / "bench" / "results", help="results folder")
+    flags.add_quick(ap, "a few seconds (for tests); noisier figures")
+    flags.add_out(ap)
     ap.add_argument("--no-sim", action="store_true", help="skip the SimFranka row")
     ap.add_argument("--io-threads", type=int, default=1,
                     help="libzmq I/O threads per process, for bridge and raw alike (default 1, libzmq's default)")
@@ -902,7 +898,7 @@ def main(argv=None) -> int:
     res["goals"] = goals(rtt, cams)
     res["all_goals_met"] = all(g["met"] for g in res["goals"].values())
     args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / "bridge.json").write_text(json.dumps(res, indent=1))
+    write_result(args.out / "bridge.json", res, "bridge", argv, args.quick, indent=1)
     plot(res, args.out / "bridge.png")
     print_table(res)
     print(f"\nwrote {args.out / 'bridge.json'} and {args.out / 'bridge.png'} "

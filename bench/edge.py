@@ -1,7 +1,7 @@
 #!/usr/bin/env python
 """Edge benchmark: the exported compact VLA run by the edge runner (`vla-edge`) over the sim bridge.
 
-Run ``.venv/bin/python bench/edge.py [--quick] [--edge-python PY] [--out DIR]``. It writes
+Run ``.venv/bin/python -m bench.edge [--quick] [--edge-python PY] [--out DIR]``. It writes
 ``DIR/edge.json`` and ``DIR/edge.png`` (default DIR: bench/results). In one run:
 
 1. **Export** the compact VLA (``--checkpoint``, or a randomly initialised one with the default
@@ -47,8 +47,10 @@ for _var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
 
 import numpy as np  # noqa: E402
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+from bench.harness import flags, plots  # noqa: E402
+from bench.harness.results import ROOT, write_result  # noqa: E402
+
+
 os.environ.setdefault("MUJOCO_GL", "egl")
 
 INSTRUCTION = "pick up the red cube"
@@ -177,10 +179,7 @@ def edge_python_facts(py: str) -> dict:
 
 
 def plot(res: dict, path: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = plots.pyplot()
 
     fig, axes = plt.subplots(1, 4, figsize=(16, 3.8))
     rates = [r["target_hz"] for r in res["loop"]]
@@ -206,21 +205,20 @@ def plot(res: dict, path: Path) -> None:
                  f"load {res['machine']['loadavg_start'][0]:.1f} -> {res['machine']['loadavg_end'][0]:.1f}",
                  fontsize=9)
     fig.tight_layout()
-    fig.savefig(path, dpi=90)
-    plt.close(fig)
+    plots.save(fig, path, dpi=90)
 
 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                 epilog="example: bench/edge.py --edge-python /opt/edge311/bin/python")
-    p.add_argument("--quick", action="store_true", help="tiny model, 2 s per rate (the test suite's smoke run)")
+    flags.add_quick(p, "tiny model, 2 s per rate (the test suite's smoke run)")
     p.add_argument("--checkpoint", default=None, help="a compact VLA checkpoint (default: random init)")
     p.add_argument("--edge-python", default=sys.executable,
                    help="the Python that runs the edge runner (e.g. a 3.11 venv without torch; default this one)")
     p.add_argument("--seconds", type=float, default=None, help="run time per rate (default 15; quick 2)")
     p.add_argument("--reps", type=int, default=None, help="chunks timed per side (default 100; quick 10)")
     p.add_argument("--core", type=int, default=None, help="CPU core for the loops (default the last one)")
-    p.add_argument("--out", default=str(ROOT / "bench" / "results"))
+    flags.add_out(p, type=str)
     args = p.parse_args(argv)
     seconds = args.seconds or (2.0 if args.quick else 15.0)
     reps = args.reps or (10 if args.quick else 100)
@@ -235,8 +233,8 @@ def main(argv=None) -> int:
 
     from deploy.export import export_vla
     from robot_io.site import load_site
-    from tests.net import free_ports
-    from vla.commands._bridge import running_bridge
+    from bench.harness.sites import lease_ports as free_ports
+    from robot_io.bridge_process import running_bridge
 
     edge_py = edge_python_facts(args.edge_python)
     vla, model = make_vla(args)
@@ -280,7 +278,7 @@ def main(argv=None) -> int:
         "no_torch_in_edge_python": {"value": not edge_py["torch_installed"], "met": not edge_py["torch_installed"]},
     }
     res["wall_s"] = time.time() - t_start
-    (out / "edge.json").write_text(json.dumps(res, indent=2))
+    write_result(out / "edge.json", res, "edge", argv, args.quick, indent=2)
     plot(res, out / "edge.png")
     print("Goals: " + ", ".join(f"{k} {'met' if v['met'] else 'NOT met'} ({v['value']})" for k, v in res["goals"].items()))
     print(f"wrote {out / 'edge.json'} and {out / 'edge.png'}")

@@ -1,7 +1,7 @@
 #!/usr/bin/env python
 """Scripted-expert benchmark: success rate of the privileged oracle on every sim task.
 
-Run ``.venv/bin/python bench/experts.py [--episodes 50] [--qualities 0.8 0.5 0.2]
+Run ``.venv/bin/python -m bench.experts [--episodes 50] [--qualities 0.8 0.5 0.2]
 [--low-episodes 20] [--tasks a,b] [--quick] [--workers 2] [--out DIR] [--replot]``. It writes
 ``DIR/experts.json`` and ``DIR/experts.png`` (default DIR: bench/results) and prints a table.
 
@@ -35,13 +35,16 @@ import sys
 import time
 
 os.environ.setdefault("MUJOCO_GL", "egl")
-sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
 
 import numpy as np  # noqa: E402
 
 from hardware.sim_tasks import TASKS, get_task, objects_from_state  # noqa: E402
 from hardware.teleop.scripted import ScriptedExpert, expected_success  # noqa: E402
 from robot_io import limits as L  # noqa: E402
+
+from bench.harness import flags, plots  # noqa: E402
+from bench.harness.results import write_result  # noqa: E402
+
 
 RESET_SEED0 = 1000
 
@@ -131,10 +134,7 @@ def summarise(rows: list[dict], tasks: list[str], qualities: list[float]) -> dic
 
 
 def plot(summary: dict, qualities: list[float], path: pathlib.Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = plots.pyplot()
 
     tasks = list(summary)
     fig, ax = plt.subplots(figsize=(max(8, 1.6 * len(tasks)), 4.8))
@@ -163,8 +163,7 @@ def plot(summary: dict, qualities: list[float], path: pathlib.Path) -> None:
     ax.set_title("Scripted (privileged oracle) expert on SimFranka tasks; bars: 95% CI; dashed: 0.95")
     ax.legend(fontsize=7, loc="upper center", ncol=len(qualities) + 1, frameon=False)
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    plots.save(fig, path, dpi=110)
 
 
 def main(argv=None) -> dict:
@@ -173,9 +172,9 @@ def main(argv=None) -> dict:
     ap.add_argument("--low-episodes", type=int, default=20, help="episodes per task at each lowered quality")
     ap.add_argument("--qualities", type=float, nargs="*", default=[0.8, 0.5, 0.2], help="lowered quality levels")
     ap.add_argument("--tasks", default="", help="comma-separated task names (default: all)")
-    ap.add_argument("--quick", action="store_true", help="3 episodes per task, one lowered quality")
+    flags.add_quick(ap, "3 episodes per task, one lowered quality")
     ap.add_argument("--workers", type=int, default=2)
-    ap.add_argument("--out", default=str(pathlib.Path(__file__).parent / "results"))
+    flags.add_out(ap, type=str)
     ap.add_argument("--replot", action="store_true", help="redraw DIR/experts.png from DIR/experts.json and exit")
     args = ap.parse_args(argv)
     if args.replot:
@@ -218,7 +217,7 @@ def main(argv=None) -> dict:
                      for r in sorted(rows, key=lambda r: (r["task"], -r["quality"], r["episode"]))],
         "episodes_columns": ["task", "quality", "episode", "success", "length", "mistake"],
     }
-    (out / "experts.json").write_text(json.dumps(result, indent=1))
+    write_result(out / "experts.json", result, "experts", argv, args.quick, indent=1)
     plot(summary, qualities, out / "experts.png")
     hdr = f"{'task':24s}" + "".join(f"  q={q:<4g} succ (pred)  len" for q in qualities)
     print(hdr)

@@ -2,8 +2,8 @@
 """Does an exported policy still do the task? Success rate in sim of the torch checkpoint, its fp32
 ONNX export and its int8 (dynamically quantised) export, on the same evaluation scenes.
 
-    .venv/bin/python bench/export_success.py --checkpoint runs/vla_pick --task pick_red_cube --episodes 50
-    .venv/bin/python bench/export_success.py --quick --out /tmp/x    # smoke run (tiny random model)
+    .venv/bin/python -m bench.export_success --checkpoint runs/vla_pick --task pick_red_cube --episodes 50
+    .venv/bin/python -m bench.export_success --quick --out /tmp/x    # smoke run (tiny random model)
 
 1. ``vla export policy --int8`` (``deploy.export.export_vla``): the fp32 graph must match torch within
    1e-4 (the export fails otherwise); the int8 copy's max abs difference from torch is recorded.
@@ -25,7 +25,6 @@ Writes ``OUT/export_success.json`` and ``OUT/export_success.png`` (default OUT: 
 
 from __future__ import annotations
 
-import argparse
 import datetime as dt
 import json
 import os
@@ -39,8 +38,11 @@ from pathlib import Path
 
 import numpy as np
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+from bench.harness import flags, plots  # noqa: E402
+from bench.harness.results import ROOT, write_result  # noqa: E402
+from bench.harness.stats import mcnemar  # noqa: E402
+
+
 os.environ.setdefault("MUJOCO_GL", "egl")
 
 VARIANTS = ("torch", "fp32", "int8")
@@ -118,19 +120,6 @@ def run_eval(variant: str, model: str, args, site: str, work: Path) -> dict:
     return {"wall_s": time.perf_counter() - t0, "tasks": report["tasks"], "per_seed": seeds}
 
 
-def paired(a: dict[int, bool], b: dict[int, bool]) -> dict:
-    """Two variants on the same seeds: episodes only ``a`` solved, only ``b`` solved, and the exact
-    two-sided McNemar p-value (binomial test on the discordant pairs)."""
-    from scipy.stats import binomtest
-
-    common = sorted(set(a) & set(b))
-    only_a = sum(a[s] and not b[s] for s in common)
-    only_b = sum(b[s] and not a[s] for s in common)
-    n = only_a + only_b
-    p = 1.0 if n == 0 else float(binomtest(only_a, n, 0.5).pvalue)
-    return {"episodes": len(common), "only_first": only_a, "only_second": only_b, "mcnemar_p": p}
-
-
 def summarize(evals: dict[str, dict], tasks: list[str]) -> dict:
     out = {}
     for task in tasks:
@@ -142,16 +131,13 @@ def summarize(evals: dict[str, dict], tasks: list[str]) -> dict:
         for a, b in (("int8", "fp32"), ("int8", "torch"), ("fp32", "torch")):
             if a in evals and b in evals:
                 row[f"{a}_vs_{b}"] = {"change": row[a]["rate"] - row[b]["rate"],
-                                      **paired(evals[a]["per_seed"][task], evals[b]["per_seed"][task])}
+                                      **mcnemar(evals[a]["per_seed"][task], evals[b]["per_seed"][task])}
         out[task] = row
     return out
 
 
 def plot(summary: dict, path: Path, title: str) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = plots.pyplot()
 
     tasks = list(summary)
     variants = [v for v in VARIANTS if v in summary[tasks[0]]]
@@ -173,12 +159,11 @@ def plot(summary: dict, path: Path, title: str) -> None:
     ax.set_title(textwrap.fill(title, 60), fontsize=9)
     ax.legend(fontsize=8, loc="upper right")
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    plots.save(fig, path, dpi=110)
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = flags.parser("export_success", __doc__, out=False)
     ap.add_argument("--checkpoint", help="compact VLA checkpoint or `vla train` run directory")
     ap.add_argument("--task", action="append", dest="tasks", metavar="TASK", help="sim task (repeat)")
     ap.add_argument("--instruction", action="append", dest="instructions", metavar="TEXT",
@@ -189,12 +174,13 @@ def main(argv: list[str] | None = None) -> int:
                     help="vla eval --exec-steps (default: vla eval's temporal ensembling)")
     ap.add_argument("--variants", nargs="+", choices=VARIANTS, default=list(VARIANTS))
     ap.add_argument("--threads", type=int, default=2, help="threads of each vla eval (torch / onnxruntime)")
-    ap.add_argument("--port", type=int, default=6740, help="first of the sim bridge's 10 ports (default 6740)")
+    ap.add_argument("--port", type=int, default=None,
+                    help="first of the sim bridge's 10 ports (default: ports leased on this machine)")
     ap.add_argument("--work", default=None, help="exports, eval runs and logs (default a temp dir)")
-    ap.add_argument("--out", default=str(ROOT / "bench" / "results"))
-    ap.add_argument("--quick", action="store_true", help="tiny random model, 1 episode, whole chunks: a smoke run")
+    flags.add_out(ap, type=str)
+    flags.add_quick(ap, "tiny random model, 1 episode, whole chunks: a smoke run")
     args = ap.parse_args(argv)
-    from dsrl import site_with_ports
+    from bench.harness.sites import site_copy
 
     work = Path(args.work or tempfile.mkdtemp(prefix="export_success_"))
     work.mkdir(parents=True, exist_ok=True)
@@ -211,7 +197,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"export: fp32 parity {ex['parity_fp32']['max_abs_diff']:.1e}, int8 max abs diff "
           f"{ex['parity_int8']['max_abs_diff']:.1e} ({ex['mb_fp32']:.1f} MB -> {ex['mb_int8']:.1f} MB)", flush=True)
     latency = {v: chunk_ms(ex[v], 5 if args.quick else 30) for v in ("fp32", "int8")}
-    site = site_with_ports(str(work / "site.yaml"), args.port)
+    site = site_copy(str(work / "site.yaml"), args.port)
     models = {"torch": args.checkpoint, "fp32": ex["fp32"], "int8": ex["int8"]}
     evals = {}
     for v in args.variants:
@@ -234,7 +220,7 @@ def main(argv: list[str] | None = None) -> int:
     }
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    (out / "export_success.json").write_text(json.dumps(res, indent=2) + "\n")
+    write_result(out / "export_success.json", res, "export_success", argv, args.quick)
     plot(summary, out / "export_success.png", f"{res['settings']['checkpoint']}: torch vs ONNX fp32 vs int8, "
          f"{args.episodes} episodes, {res['settings']['execution']}")
     for task, row in summary.items():

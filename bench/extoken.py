@@ -35,13 +35,12 @@ that make both checkpoints.
 
 Writes ``bench/results/<name>.json`` and ``<name>.png``.
 
-    .venv/bin/python bench/extoken.py --checkpoint runs/extoken/tok --baseline-checkpoint runs/extoken/notok
-    .venv/bin/python bench/extoken.py --quick --checkpoint T --baseline-checkpoint B       # smoke run
+    .venv/bin/python -m bench.extoken --checkpoint runs/extoken/tok --baseline-checkpoint runs/extoken/notok
+    .venv/bin/python -m bench.extoken --quick --checkpoint T --baseline-checkpoint B       # smoke run
 """
 
 from __future__ import annotations
 
-import argparse
 import datetime as _dt
 import json
 import os
@@ -51,16 +50,13 @@ import sys
 import tempfile
 import time
 
-ROOT = pathlib.Path(__file__).resolve().parents[1]
-for p in (ROOT, ROOT / "bench"):
-    if str(p) not in sys.path:
-        sys.path.insert(0, str(p))
+import numpy as np
 
-import numpy as np  # noqa: E402
+from bench.harness import flags, plots
+from bench.harness import jobs as sessions
+from bench.harness.results import portable, write_result
+from bench.harness.stats import wilson
 
-import dsrl as dsrl_bench  # noqa: E402  (bench/dsrl.py: sites on own ports, run collection)
-import lfh as lfh_bench  # noqa: E402  (bench/lfh.py: the GRPO-family session command and logs)
-from sarl import wilson  # noqa: E402
 
 ARMS = ("grpo", "no-tokens", "extoken", "no-selector", "bandit", "extoken-full")
 DEFAULT_ARMS = ("grpo", "no-tokens", "extoken", "no-selector")
@@ -70,6 +66,40 @@ COLORS = {"grpo": "#4c72b0", "no-tokens": "#8c8c8c", "extoken": "#c44e52", "no-s
           "bandit": "#8172b3", "extoken-full": "#937860"}
 
 
+CROWDED = "pick_red_cube_crowded"
+"""The crowded pick whose scenes have a free grasp turn (the neighbour blocks the other one)."""
+
+
+def token_modes(tokens_file: str) -> dict[int, str]:
+    """Token -> the expert mode most of its episodes were recorded in (the tokens file's purity table)."""
+    with open(tokens_file) as f:
+        meta = json.load(f)
+    pur = meta.get("purity")
+    if not pur or pur.get("field") != "expert_mode":
+        raise ValueError(f"{tokens_file}: no purity table against expert_mode (make it with `vla tokens "
+                         f"--purity-field expert_mode`)")
+    return {int(k): max(v, key=v.get) for k, v in pur["table"].items()}
+
+
+def free_turns(task_name: str, seeds: list[int]) -> dict[int, str]:
+    """Scene seed -> the grasp turn that does not land a finger on the neighbour (PRIVILEGED: read off the layout):
+    the turning mode whose finger axis lies along the blue neighbour's side is blocked."""
+    import math
+
+    from hardware.sim_tasks import HOME_FINGER_ANGLE, get_task
+    from hardware.teleop.scripted import turned_angle
+
+    task = get_task(task_name)
+    out = {}
+    for s in seeds:
+        layout = task.layout(np.random.default_rng(s))
+        (x, y, yaw), (nx, ny, _) = layout["red_cube"], layout["blue_cube"]
+        toward = math.atan2(ny - y, nx - x)
+        off = {m: abs(math.remainder(turned_angle(yaw, HOME_FINGER_ANGLE, m) - toward, math.pi)) for m in ("ccw", "cw")}
+        out[s] = "cw" if min(off, key=off.get) == "ccw" else "ccw"
+    return out
+
+
 def arm_updates(arm: str, updates: int) -> int:
     return max(1, updates // 4) if arm in QUARTER else updates
 
@@ -77,7 +107,7 @@ def arm_updates(arm: str, updates: int) -> int:
 def launch(job: dict, site: str, args):
     arm = job["arm"]
     ckpt = args.checkpoint if arm in TOKEN_ARMS else args.baseline_checkpoint
-    cmd = lfh_bench.grpo_session(job, site, args, ckpt, arm_updates(arm, args.updates))
+    cmd = sessions.grpo_session(job, site, args, ckpt, arm_updates(arm, args.updates))
     if arm in ("grpo", "no-tokens"):
         cmd += ["--method", "grpo"]
     else:
@@ -85,7 +115,7 @@ def launch(job: dict, site: str, args):
                 "--deploy", "random" if arm == "no-selector" else "selector"]
         if arm == "bandit":
             cmd += ["--no-learn-policy"]
-    return dsrl_bench.start_session(cmd, job)
+    return sessions.start_session(cmd, job)
 
 
 def _series(ups: list[dict], key: str) -> list:
@@ -93,15 +123,15 @@ def _series(ups: list[dict], key: str) -> list:
 
 
 def collect(job: dict) -> dict:
-    r = dsrl_bench.collect({**job, "method": job["arm"]})
+    r = sessions.collect({**job, "method": job["arm"]})
     r.update(arm=job["arm"])
     out = job["out"]
     if "final" not in r:
         return r
-    s, counts = dsrl_bench.eval_counts(out)
+    s, counts = sessions.eval_counts(out)
     r.update(counts)
     per_update = job["group_size"] * job["groups_per_update"]
-    evals, eps, ups = lfh_bench.session_logs(out)
+    evals, eps, ups = sessions.session_logs(out)
     r["curve_rollouts"] = [(0, s["base_success_rate"])] + [(e["episode"] + 1, e["success_rate"]) for e in evals]
     if not evals or (evals[-1]["episode"] + 1) != s["episodes"]:
         r["curve_rollouts"].append((s["episodes"], s["final_success_rate"]))
@@ -191,10 +221,7 @@ def goals_of(summary: dict) -> dict:
 
 
 def plot(done: list[dict], summary: dict, path: pathlib.Path, title: str) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = plots.pyplot()
 
     tasks = list(summary)
     fig, axes = plt.subplots(len(tasks), 3, figsize=(17, 4.2 * len(tasks)), squeeze=False)
@@ -229,12 +256,11 @@ def plot(done: list[dict], summary: dict, path: pathlib.Path, title: str) -> Non
         ax3.legend(fontsize=8)
     fig.suptitle(title)
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    plots.save(fig, path, dpi=110)
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = flags.parser("extoken", __doc__, out=False)
     ap.add_argument("--checkpoint", required=True,
                     help="the token-conditioned VLA (`vla train --tokens`) the ExToken arms start from")
     ap.add_argument("--baseline-checkpoint", required=True,
@@ -253,13 +279,13 @@ def main(argv=None) -> int:
     ap.add_argument("--exec-steps", type=int, default=4, help="chunk rows executed per VLA query, every arm")
     ap.add_argument("--eval-every-updates", type=int, default=2)
     ap.add_argument("--eval-episodes", type=int, default=20)
-    ap.add_argument("--jobs", type=int, default=2, help="sessions run in parallel (one sim bridge each)")
-    ap.add_argument("--port0", type=int, default=7300, help="session j's sim bridge uses ports port0 + 20 j ...")
-    ap.add_argument("--quick", action="store_true", help="1 seed, 1 update of 1 x 2 rollouts, 2 evaluation episodes")
+    flags.add_jobs(ap, 2, "sessions run in parallel (one sim bridge each)")
+    flags.add_port0(ap)
+    flags.add_quick(ap, "1 seed, 1 update of 1 x 2 rollouts, 2 evaluation episodes")
     ap.add_argument("--collect-only", action="store_true",
                     help="report the sessions of --work that finished (a bench cut short); run nothing")
     ap.add_argument("--name", default="extoken", help="result files bench/results/<name>.json / .png")
-    ap.add_argument("--out", type=pathlib.Path, default=ROOT / "bench" / "results")
+    flags.add_out(ap)
     ap.add_argument("--work", default=None, help="where the session run directories go (default a temp dir)")
     ap.add_argument("--tokens", default=None,
                     help="the token file the ExToken VLA was trained with (`vla tokens --purity-field expert_mode`): "
@@ -280,12 +306,10 @@ def main(argv=None) -> int:
     if args.collect_only:
         jobs = [j for j in jobs if os.path.isfile(os.path.join(j["out"], "summary.json"))]
         print(f"collecting {len(jobs)} finished session(s) from {work}", flush=True)
-    done = dsrl_bench.run_jobs(jobs, work, args, launch)
+    done = sessions.run_jobs(jobs, work, args, launch)
     done = [collect(next(j for j in jobs if j["out"] == r["out"]) | {"returncode": r["returncode"],
                                                                       "wall_s": r["wall_s"]}) for r in done]
     if args.tokens:
-        from bench.token_scenes import TASK as CROWDED, free_turns, token_modes
-
         modes = token_modes(args.tokens)
         for r in done:
             if r["task"] == CROWDED and r["arm"] in TOKEN_ARMS and r.get("final_episodes"):
@@ -301,13 +325,11 @@ def main(argv=None) -> int:
            "machine": {"cpu_count": os.cpu_count(), "platform": platform.platform()},
            "settings": {k: getattr(args, k) for k in keys}, "wall_s_total": time.perf_counter() - t0,
            "summary": summary, "goals": goals,
-           "runs": [{k: v for k, v in {**r, "out": dsrl_bench.portable(r["out"])}.items() if k not in ("t0",)}
+           "runs": [{k: v for k, v in {**r, "out": portable(r["out"])}.items() if k not in ("t0",)}
                     for r in done]}
     for k in ("checkpoint", "baseline_checkpoint", "tokens"):
-        res["settings"][k] = getattr(args, k) and dsrl_bench.portable(getattr(args, k))
-    args.out.mkdir(parents=True, exist_ok=True)
-    with open(args.out / f"{args.name}.json", "w") as f:
-        json.dump(res, f, indent=2)
+        res["settings"][k] = getattr(args, k) and portable(getattr(args, k))
+    write_result(args.out / f"{args.name}.json", res, "extoken", argv, args.quick)
     plot(done, summary, args.out / f"{args.name}.png",
          f"ExToken vs GRPO: full budget {args.updates} updates of {args.groups_per_update} x {args.group_size} "
          f"rollouts (quarter arms {arm_updates('extoken', args.updates)}), exec {args.exec_steps}; seeds: "

@@ -21,13 +21,12 @@ update at which LfH reached GRPO's final success. Each session's tuned checkpoin
 
 Writes ``bench/results/<name>.json`` and ``<name>.png``; ``bench/results/README.md`` keeps the table of rounds.
 
-    .venv/bin/python bench/lfh.py --checkpoint vla/checkpoints/base --task place_cube_in_bowl
-    .venv/bin/python bench/lfh.py --quick --checkpoint vla/checkpoints/base --task pick_blue_cube   # smoke run
+    .venv/bin/python -m bench.lfh --checkpoint vla/checkpoints/base --task place_cube_in_bowl
+    .venv/bin/python -m bench.lfh --quick --checkpoint vla/checkpoints/base --task pick_blue_cube   # smoke run
 """
 
 from __future__ import annotations
 
-import argparse
 import datetime as _dt
 import json
 import os
@@ -37,45 +36,19 @@ import sys
 import tempfile
 import time
 
-ROOT = pathlib.Path(__file__).resolve().parents[1]
-for p in (ROOT, ROOT / "bench"):
-    if str(p) not in sys.path:
-        sys.path.insert(0, str(p))
+import numpy as np
 
-import numpy as np  # noqa: E402
+from bench.harness import flags, plots
+from bench.harness import jobs as sessions
+from bench.harness.jobs import grpo_session, session_logs
+from bench.harness.results import portable, write_result
+from bench.harness.stats import wilson
 
-import dsrl as dsrl_bench  # noqa: E402  (bench/dsrl.py: sites on own ports, base reuse, run collection)
-from sarl import max_steps, wilson  # noqa: E402
 
 ARMS = ("grpo", "lfh", "instruction-only", "rescore-only", "random")
 COLORS = {"grpo": "#4c72b0", "lfh": "#c44e52", "instruction-only": "#dd8452", "rescore-only": "#8172b3",
           "random": "#8c8c8c"}
 GOAL = {"lift_points": 0.20, "lfh_steps_fraction": 1 / 3, "usable_share": 0.70}
-
-
-def grpo_session(job: dict, site: str, args, checkpoint: str, updates: int) -> list[str]:
-    """The `vla rl` command line every GRPO-family arm shares (this bench's and ``bench/extoken.py``'s): ``updates``
-    policy updates of ``args.group_size`` x ``args.groups_per_update`` rollouts from ``checkpoint``; the caller adds
-    ``--method`` and the method's own flags."""
-    per_update = args.group_size * args.groups_per_update
-    ticks = updates * per_update * max_steps(job["task"])  # an upper bound: successes end episodes early
-    return [sys.executable, "-m", "vla.cli", "rl", "--checkpoint", checkpoint, "--task", job["task"],
-            "--out", job["out"], "--robot", site, "--seed", str(job["seed"]), "--exec-steps", str(args.exec_steps),
-            "--eval-episodes", str(args.eval_episodes), "--threads", "1", "--serve", "always", "--videos", "0",
-            "--total-ticks", str(ticks), "--eval-every", str(args.eval_every_updates * per_update),
-            "--checkpoint-every", str(per_update), "--warmup-steps", "0",
-            "--group-size", str(args.group_size), "--groups-per-update", str(args.groups_per_update),
-            "--sigma", str(args.sigma), "--lr", str(args.lr), "--train", args.train,
-            "--total-episodes", str(updates * per_update)]
-
-
-def session_logs(out: str) -> tuple[list[dict], list[dict], list[dict]]:
-    """A finished session's evaluations (``evals.jsonl``), training episodes (``episodes.jsonl``) and, among those,
-    the ones that completed a policy update (they carry the update's ``charts/*``)."""
-    path = os.path.join(out, "evals.jsonl")
-    evals = [json.loads(x) for x in open(path)] if os.path.isfile(path) else []
-    eps = [json.loads(x) for x in open(os.path.join(out, "episodes.jsonl"))]
-    return evals, eps, [e for e in eps if "charts/usable_groups" in e]
 
 
 def launch(job: dict, site: str, args):
@@ -86,16 +59,16 @@ def launch(job: dict, site: str, args):
     else:
         cmd += ["--method", "lfh", "--judge", "sim", "--hindsight", "lfh" if arm == "lfh" else arm,
                 "--hindsight-coef", str(args.hindsight_coef)]
-    return dsrl_bench.start_session(cmd, job)
+    return sessions.start_session(cmd, job)
 
 
 def collect(job: dict) -> dict:
-    r = dsrl_bench.collect({**job, "method": job["arm"]})
+    r = sessions.collect({**job, "method": job["arm"]})
     r.update(arm=job["arm"])
     out = job["out"]
     if "final" not in r:
         return r
-    s, counts = dsrl_bench.eval_counts(out)
+    s, counts = sessions.eval_counts(out)
     r.update(counts)
     per_update = job["group_size"] * job["groups_per_update"]
     evals, _, ups = session_logs(out)
@@ -158,10 +131,7 @@ def summarize(done: list[dict], args) -> dict:
 
 
 def plot(done: list[dict], summary: dict, path: pathlib.Path, title: str) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = plots.pyplot()
 
     tasks = list(summary)
     fig, axes = plt.subplots(len(tasks), 3, figsize=(17, 4.2 * len(tasks)), squeeze=False)
@@ -198,12 +168,11 @@ def plot(done: list[dict], summary: dict, path: pathlib.Path, title: str) -> Non
         ax3.legend(fontsize=8)
     fig.suptitle(title)
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    plots.save(fig, path, dpi=110)
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = flags.parser("lfh", __doc__, out=False)
     ap.add_argument("--checkpoint", required=True, help="the VLA GRPO starts from (its files are never changed)")
     ap.add_argument("--task", action="append", dest="tasks", required=True)
     ap.add_argument("--arms", nargs="+", default=list(ARMS), choices=ARMS)
@@ -220,13 +189,13 @@ def main(argv=None) -> int:
     ap.add_argument("--exec-steps", type=int, default=4, help="chunk rows executed per VLA query, every arm")
     ap.add_argument("--eval-every-updates", type=int, default=5)
     ap.add_argument("--eval-episodes", type=int, default=20)
-    ap.add_argument("--jobs", type=int, default=2, help="sessions run in parallel (one sim bridge each)")
-    ap.add_argument("--port0", type=int, default=6900, help="session j's sim bridge uses ports port0 + 20 j ...")
-    ap.add_argument("--quick", action="store_true", help="1 seed, 1 update of 2 x 2 rollouts, 2 evaluation episodes")
+    flags.add_jobs(ap, 2, "sessions run in parallel (one sim bridge each)")
+    flags.add_port0(ap)
+    flags.add_quick(ap, "1 seed, 1 update of 2 x 2 rollouts, 2 evaluation episodes")
     ap.add_argument("--collect-only", action="store_true",
                     help="report the sessions of --work that finished (a bench cut short); run nothing")
     ap.add_argument("--name", default="lfh", help="result files bench/results/<name>.json / .png")
-    ap.add_argument("--out", type=pathlib.Path, default=ROOT / "bench" / "results")
+    flags.add_out(ap)
     ap.add_argument("--work", default=None, help="where the session run directories go (default a temp dir)")
     args = ap.parse_args(argv)
     if args.quick:
@@ -243,7 +212,7 @@ def main(argv=None) -> int:
     if args.collect_only:  # a bench cut short: report the sessions that finished, run nothing
         jobs = [j for j in jobs if os.path.isfile(os.path.join(j["out"], "summary.json"))]
         print(f"collecting {len(jobs)} finished session(s) from {work}", flush=True)
-    done = dsrl_bench.run_jobs(jobs, work, args, launch)
+    done = sessions.run_jobs(jobs, work, args, launch)
     done = [collect(next(j for j in jobs if j["out"] == r["out"]) | {"returncode": r["returncode"],
                                                                       "wall_s": r["wall_s"]}) for r in done]
     summary = summarize(done, args)
@@ -272,12 +241,10 @@ def main(argv=None) -> int:
            "settings": {k: getattr(args, k) for k in keys}, "wall_s_total": time.perf_counter() - t0,
            "judge": "sim (PRIVILEGED: the simulator's success predicates and pick sub-skills)",
            "summary": summary, "goals": goals,
-           "runs": [{k: v for k, v in {**r, "out": dsrl_bench.portable(r["out"])}.items() if k not in ("t0",)}
+           "runs": [{k: v for k, v in {**r, "out": portable(r["out"])}.items() if k not in ("t0",)}
                     for r in done]}
-    res["settings"]["checkpoint"] = dsrl_bench.portable(args.checkpoint)
-    args.out.mkdir(parents=True, exist_ok=True)
-    with open(args.out / f"{args.name}.json", "w") as f:
-        json.dump(res, f, indent=2)
+    res["settings"]["checkpoint"] = portable(args.checkpoint)
+    write_result(args.out / f"{args.name}.json", res, "lfh", argv, args.quick)
     plot(done, summary, args.out / f"{args.name}.png",
          f"GRPO / LfH from {os.path.basename(os.path.normpath(args.checkpoint))}: {args.updates} updates of "
          f"{args.groups_per_update} x {args.group_size} rollouts, exec {args.exec_steps}; seeds: "

@@ -13,14 +13,12 @@ the loop's lateness (jitter: how late each tick fired, p50 / p99 / max), the tim
 tick, and the encoding time of ``save_episode`` per episode and per second of video. Writes
 ``bench/results/record.json`` and ``record.png``.
 
-    .venv/bin/python bench/record.py [--quick] [--out DIR] [--with-sim]
+    .venv/bin/python -m bench.record [--quick] [--out DIR] [--with-sim]
 """
 
 from __future__ import annotations
 
-import argparse
 import datetime as _dt
-import json
 import os
 import pathlib
 import platform
@@ -29,15 +27,17 @@ import sys
 import tempfile
 import time
 
-ROOT = pathlib.Path(__file__).resolve().parents[1]
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
 os.environ.setdefault("MUJOCO_GL", "egl")
 
 import numpy as np  # noqa: E402
 import yaml  # noqa: E402
 
 from hardware.teleop.base import Teleop, TeleopCommand  # noqa: E402
+
+from bench.harness import flags, plots  # noqa: E402
+from bench.harness.results import write_result  # noqa: E402
+from bench.harness.sites import lease_ports  # noqa: E402
+
 
 GOAL = {"cams": 2, "size": (224, 224), "fps": 30.0}
 
@@ -55,12 +55,13 @@ class HoldStill(Teleop):
         return TeleopCommand(np.array([0, 0, 0, 0, 0, 0, 1], np.float32), intervening=False)
 
 
-def synthetic_site(path: str, n_cams: int, width: int, height: int, fps: float, port0: int) -> str:
-    devices = {"arm": {"driver": "null_arm", "command": f"tcp://127.0.0.1:{port0}",
-                       "stream": f"tcp://127.0.0.1:{port0 + 1}"}}
+def synthetic_site(path: str, n_cams: int, width: int, height: int, fps: float, ports: list[int]) -> str:
+    """A site of a transport-only arm and ``n_cams`` synthetic cameras on ``ports`` (2 + 2 n_cams of them)."""
+    devices = {"arm": {"driver": "null_arm", "command": f"tcp://127.0.0.1:{ports[0]}",
+                       "stream": f"tcp://127.0.0.1:{ports[1]}"}}
     for i in range(n_cams):
-        devices[f"cam{i}"] = {"driver": "synthetic_camera", "command": f"tcp://127.0.0.1:{port0 + 2 + 2 * i}",
-                              "stream": f"tcp://127.0.0.1:{port0 + 3 + 2 * i}",
+        devices[f"cam{i}"] = {"driver": "synthetic_camera", "command": f"tcp://127.0.0.1:{ports[2 + 2 * i]}",
+                              "stream": f"tcp://127.0.0.1:{ports[3 + 2 * i]}",
                               "params": {"width": width, "height": height, "fps": fps}}
     site = {"name": f"bench-{n_cams}x{width}x{height}", "robot": {"arm": "arm", "cameras": list(devices)[1:]},
             "devices": devices}
@@ -73,7 +74,7 @@ def run_config(label: str, site_path: str, fps: float, episodes: int, seconds: f
     from robot_io.env import RobotEnv
     from robot_io.robot import RobotClient
     from robot_io.site import load_site
-    from vla.commands._bridge import running_bridge
+    from robot_io.bridge_process import running_bridge
     from vla.data import EpisodeWriter, make_features
     from vla.data.recording import record_episode
 
@@ -111,9 +112,9 @@ def run_config(label: str, site_path: str, fps: float, episodes: int, seconds: f
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--quick", action="store_true", help="short episodes, fewer configurations (for tests)")
-    ap.add_argument("--out", type=pathlib.Path, default=ROOT / "bench" / "results")
+    ap = flags.parser("record", __doc__, out=False)
+    flags.add_quick(ap, "short episodes, fewer configurations (for tests)")
+    flags.add_out(ap)
     ap.add_argument("--with-sim", action="store_true", help="add a row with the real-time sim Franka and its cameras")
     args = ap.parse_args(argv)
     episodes, seconds = (1, 2.0) if args.quick else (3, 10.0)
@@ -124,7 +125,7 @@ def main(argv=None) -> int:
     try:
         for i, (n, w, h) in enumerate(configs):
             label = f"{n} cams {w}x{h} @30"
-            site = synthetic_site(os.path.join(tmp, f"site{i}.yaml"), n, w, h, 30.0, 5700 + 20 * i)
+            site = synthetic_site(os.path.join(tmp, f"site{i}.yaml"), n, w, h, 30.0, lease_ports(2 + 2 * n))
             results.append(run_config(label, site, 30.0, episodes, seconds, tmp))
         if args.with_sim:
             results.append(run_config("sim Franka 2 rendered cams 224x224 @30", "sim-franka", 30.0, episodes,
@@ -147,9 +148,7 @@ def main(argv=None) -> int:
                                                              "every episode", "value": goal_row["mean"]["achieved_hz"],
                                                    "met": bool(keeps_up)}},
            "wall_s": time.perf_counter() - t_start}
-    args.out.mkdir(parents=True, exist_ok=True)
-    with open(args.out / "record.json", "w") as f:
-        json.dump(out, f, indent=2)
+    write_result(args.out / "record.json", out, "record", argv, args.quick)
     plot(out, args.out / "record.png")
     print("\n" + f"{'configuration':<42} {'Hz':>7} {'late p50':>9} {'late p99':>9} {'tick p99':>9} {'encode s/s':>11}")
     for r in results:
@@ -162,10 +161,7 @@ def main(argv=None) -> int:
 
 
 def plot(res: dict, path: pathlib.Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = plots.pyplot()
 
     rs = res["results"]
     labels = [r["label"] for r in rs]
@@ -184,8 +180,7 @@ def plot(res: dict, path: pathlib.Path) -> None:
         ax.legend() if ax.get_legend_handles_labels()[0] else None
     fig.suptitle(f"vla record loop, {res['mode']} mode, {res['timestamp']}")
     fig.tight_layout()
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
+    plots.save(fig, path, dpi=100)
 
 
 if __name__ == "__main__":

@@ -18,31 +18,25 @@ base at 20-60%, 3 seeds.
 Writes ``bench/results/residual.json`` and ``residual.png`` (mean over seeds with the min-max band, the base
 dashed); ``bench/results/README.md`` keeps the table of rounds.
 
-    .venv/bin/python bench/residual.py --checkpoint vla/checkpoints/base --task pick_blue_cube --task lift_green_cube
-    .venv/bin/python bench/residual.py --quick --checkpoint vla/checkpoints/base --task pick_red_cube   # smoke run
+    .venv/bin/python -m bench.residual --checkpoint vla/checkpoints/base --task pick_blue_cube --task lift_green_cube
+    .venv/bin/python -m bench.residual --quick --checkpoint vla/checkpoints/base --task pick_red_cube   # smoke run
 """
 
 from __future__ import annotations
 
-import argparse
 import datetime as _dt
-import json
 import os
-import pathlib
 import platform
-import subprocess
 import sys
 import tempfile
 import time
 
-ROOT = pathlib.Path(__file__).resolve().parents[1]
-for p in (ROOT, ROOT / "bench"):
-    if str(p) not in sys.path:
-        sys.path.insert(0, str(p))
+import numpy as np
 
-import numpy as np  # noqa: E402
+from bench.harness import flags, plots
+from bench.harness import jobs as sessions
+from bench.harness.results import portable, write_result
 
-import dsrl as dsrl_bench  # noqa: E402  (bench/dsrl.py: sites on own ports, base reuse, run collection)
 
 METHODS = {"residual": ["--method", "residual"], "dsrl-na": ["--method", "dsrl", "--variant", "na"],
            "sac-raw": ["--method", "dsrl", "--variant", "action"]}
@@ -52,7 +46,7 @@ GOAL = {"success": 0.9, "ticks": 20_000}
 LEVELS = (0.5, 0.8, 0.9)
 
 
-def launch(job: dict, site: str, args) -> subprocess.Popen:
+def launch(job: dict, site: str, args):
     m = job["method"]
     cmd = [sys.executable, "-m", "vla.cli", "rl", *METHODS[m], "--checkpoint", args.checkpoint, "--task", job["task"],
            "--out", job["out"], "--robot", site, "--seed", str(job["seed"]), "--total-ticks", str(args.total_ticks),
@@ -68,7 +62,7 @@ def launch(job: dict, site: str, args) -> subprocess.Popen:
         cmd += ["--utd", str(args.dsrl_utd), "--distill-steps", str(args.distill_steps)]
     if args.demos and m in ("residual", "dsrl-na"):  # the methods whose critic reads executed chunks
         cmd += ["--demos", args.demos.format(task=job["task"])]
-    return dsrl_bench.start_session(cmd, job, args.updates)
+    return sessions.start_session(cmd, job, args.updates)
 
 
 def first_ticks(curve: list, level: float) -> int | None:
@@ -76,7 +70,7 @@ def first_ticks(curve: list, level: float) -> int | None:
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = flags.parser("residual", __doc__, out=False)
     ap.add_argument("--checkpoint", required=True, help="the frozen VLA (a `vla train` run or checkpoint)")
     ap.add_argument("--task", action="append", dest="tasks", required=True)
     ap.add_argument("--methods", nargs="+", default=list(METHODS), choices=list(METHODS))
@@ -108,11 +102,11 @@ def main(argv=None) -> int:
     ap.add_argument("--updates", choices=("lockstep", "async"), default="lockstep",
                     help="async: each session as a learner + actor pair, the learner updating whenever it is free "
                          "(vla rl --updates async); lockstep: one process, one update round per macro-step")
-    ap.add_argument("--jobs", type=int, default=2, help="sessions run in parallel (one sim bridge each)")
-    ap.add_argument("--port0", type=int, default=6100, help="session j's sim bridge uses ports port0 + 20 j ...")
-    ap.add_argument("--quick", action="store_true", help="1 seed, 96 ticks, tiny updates: a smoke run")
+    flags.add_jobs(ap, 2, "sessions run in parallel (one sim bridge each)")
+    flags.add_port0(ap)
+    flags.add_quick(ap, "1 seed, 96 ticks, tiny updates: a smoke run")
     ap.add_argument("--name", default="residual", help="result files bench/results/<name>.json / .png")
-    ap.add_argument("--out", type=pathlib.Path, default=ROOT / "bench" / "results")
+    flags.add_out(ap)
     ap.add_argument("--work", default=None, help="where the session run directories go (default a temp dir)")
     args = ap.parse_args(argv)
     if args.quick:
@@ -124,12 +118,12 @@ def main(argv=None) -> int:
              "base_key": "zero-noise" if m == "residual" and args.base_noise == "zero" else "sampled"}
             for t in args.tasks for s in range(args.seeds) for m in args.methods]
     t_start = time.perf_counter()
-    done = dsrl_bench.run_jobs(jobs, work, args, launch)
+    done = sessions.run_jobs(jobs, work, args, launch)
     for r in done:
         if "curve" in r:
             r["first_ticks"] = {f"{int(lv * 100)}%": first_ticks(r["curve"], lv) for lv in LEVELS}
             r["ticks_per_s"] = r["ticks"] / r["wall_s"]
-    summary = dsrl_bench.summarize(done)
+    summary = sessions.summarize(done)
     for task, ms in summary.items():
         for method, m in ms.items():
             runs = [r for r in done if r["task"] == task and r["method"] == method and "curve" in r]
@@ -150,17 +144,16 @@ def main(argv=None) -> int:
     res = {"bench": "residual", "quick": args.quick, "date": _dt.datetime.now().isoformat(timespec="seconds"),
            "machine": {"cpu_count": os.cpu_count(), "platform": platform.platform()},
            "settings": {k: getattr(args, k) for k in keys}, "wall_s_total": time.perf_counter() - t_start,
-           "summary": summary, "goals": goals, "runs": [{**r, "out": dsrl_bench.portable(r["out"])} for r in done]}
+           "summary": summary, "goals": goals, "runs": [{**r, "out": portable(r["out"])} for r in done]}
     for k in ("checkpoint", "demos"):
-        res["settings"][k] = dsrl_bench.portable(res["settings"][k])
-    args.out.mkdir(parents=True, exist_ok=True)
-    with open(args.out / f"{args.name}.json", "w") as f:
-        json.dump(res, f, indent=2)
-    dsrl_bench.plot(done, summary, args.out / f"{args.name}.png",
-         f"residual RL vs DSRL-NA vs SAC on raw actions, frozen VLA, {args.total_ticks} ticks, exec {args.exec_steps}, "
-         f"{args.seeds} seed(s), {args.eval_episodes} eval episodes"
-         + (", ORACLE residual input (sim object poses)" if args.encoder == "oracle" else ""),
-         methods=METHODS, colors=COLORS)
+        res["settings"][k] = portable(res["settings"][k])
+    write_result(args.out / f"{args.name}.json", res, "residual", argv, args.quick)
+    plots.learning_curves(
+        done, summary, args.out / f"{args.name}.png",
+        f"residual RL vs DSRL-NA vs SAC on raw actions, frozen VLA, {args.total_ticks} ticks, exec {args.exec_steps}, "
+        f"{args.seeds} seed(s), {args.eval_episodes} eval episodes"
+        + (", ORACLE residual input (sim object poses)" if args.encoder == "oracle" else ""),
+        METHODS, COLORS, GOAL["success"])
     for task, ms in summary.items():
         for method, m in ms.items():
             print(f"{task:<18} {method:<9} final {m['final_mean']:.0%} [{m['final_min']:.0%}, {m['final_max']:.0%}] "

@@ -14,7 +14,7 @@ agent never saw), plus the host's late ticks and the HID reports it got. Goal (i
 
 Writes ``bench/results/rig.json`` and ``rig.png``.
 
-    .venv/bin/python bench/rig.py [--quick] [--seconds S] [--policy random|dqn --checkpoint RUN] [--out DIR]
+    .venv/bin/python -m bench.rig [--quick] [--seconds S] [--policy random|dqn --checkpoint RUN] [--out DIR]
 """
 
 from __future__ import annotations
@@ -30,11 +30,11 @@ import sys
 import tempfile
 import time
 
-ROOT = pathlib.Path(__file__).resolve().parents[1]
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
+import yaml
 
-import yaml  # noqa: E402
+from bench.harness import flags, plots
+from bench.harness.results import ROOT, write_result
+
 
 GOAL_P50_MS = 50.0
 
@@ -114,10 +114,7 @@ class RigProcesses:
 
 
 def plot(res: dict, lat: list[float], path: pathlib.Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = plots.pyplot()
 
     fig, ax = plt.subplots(1, 2, figsize=(10, 3.8))
     ax[0].hist(lat, bins=40, color="tab:blue")
@@ -134,20 +131,19 @@ def plot(res: dict, lat: list[float], path: pathlib.Path) -> None:
         ax[1].text(i, v, f"{v:.1f}", ha="center", va="bottom")
     ax[1].set_title(f"{res['policy']} policy, {res['seconds']:.0f} s of Pong through the emulated rig")
     fig.tight_layout()
-    fig.savefig(str(path) + ".tmp.png", dpi=110)
-    plt.close(fig)
+    plots.save(fig, str(path) + ".tmp.png", dpi=110)
     os.replace(str(path) + ".tmp.png", path)
 
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--quick", action="store_true", help="a few seconds (the test)")
+    flags.add_quick(ap, "a few seconds (the test)")
     ap.add_argument("--seconds", type=float, default=None, help="seconds of play (default 60; quick 4)")
     ap.add_argument("--policy", choices=("random", "dqn"), default="random")
     ap.add_argument("--checkpoint", default=None, help="--policy dqn: a DQN run directory")
     ap.add_argument("--base-port", type=int, default=None,
                     help="first of 10 loopback ports this run uses (default: a free range)")
-    ap.add_argument("--out", type=pathlib.Path, default=ROOT / "bench" / "results")
+    flags.add_out(ap)
     args = ap.parse_args(argv)
     seconds = args.seconds or (4.0 if args.quick else 60.0)
     args.out.mkdir(parents=True, exist_ok=True)
@@ -188,9 +184,7 @@ def main(argv=None) -> int:
                 "not change send nothing and have no sample",
     }
     res["wall_s"] = round(time.time() - t0, 1)
-    with open(args.out / "rig.json.tmp", "w") as f:
-        json.dump(res, f, indent=2)
-    os.replace(args.out / "rig.json.tmp", args.out / "rig.json")
+    write_result(args.out / "rig.json", res, "rig", argv, args.quick)
     plot(res, agent["latencies_ms"], args.out / "rig.png")
     print(f"wrote {args.out / 'rig.json'} and {args.out / 'rig.png'} in {res['wall_s']:.1f} s; "
           f"p50 {rs.get('frame_to_key_ms_p50', float('nan')):.1f} ms (goal <= {GOAL_P50_MS:.0f})")

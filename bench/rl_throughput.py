@@ -19,13 +19,12 @@ so the window holds acting and learning only. Goal (issue 32): >= 30 ticks/s wit
 
 Writes ``bench/results/rl_throughput.json`` and ``rl_throughput.png``.
 
-    .venv/bin/python bench/rl_throughput.py --checkpoint vla/checkpoints/base
-    .venv/bin/python bench/rl_throughput.py --quick --checkpoint vla/checkpoints/base   # smoke run
+    .venv/bin/python -m bench.rl_throughput --checkpoint vla/checkpoints/base
+    .venv/bin/python -m bench.rl_throughput --quick --checkpoint vla/checkpoints/base   # smoke run
 """
 
 from __future__ import annotations
 
-import argparse
 import datetime as _dt
 import json
 import os
@@ -35,12 +34,10 @@ import sys
 import tempfile
 import time
 
-ROOT = pathlib.Path(__file__).resolve().parents[1]
-for p in (ROOT, ROOT / "bench"):
-    if str(p) not in sys.path:
-        sys.path.insert(0, str(p))
+from bench.harness import flags, plots
+from bench.harness import jobs as sessions
+from bench.harness.results import portable, write_result
 
-import dsrl as dsrl_bench  # noqa: E402  (sites on own ports, split sessions, run collection)
 
 METHODS = {"residual": ["--method", "residual"], "dsrl-na": ["--method", "dsrl", "--variant", "na"]}
 """bench method -> its `vla rl` flags"""
@@ -57,7 +54,7 @@ def launch(job: dict, site: str, args):
            "--utd", str(args.utd[m]), "--num-critics", str(args.num_critics), "--batch-size", str(args.batch_size)]
     if job["mode"] == "lockstep":
         cmd += ["--serve", "always"]
-    return dsrl_bench.start_session(cmd, job, job["mode"])
+    return sessions.start_session(cmd, job, job["mode"])
 
 
 def window(out: str) -> dict:
@@ -75,10 +72,7 @@ def window(out: str) -> dict:
 
 
 def plot(rows: list[dict], path: pathlib.Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = plots.pyplot()
 
     ok = [r for r in rows if "ticks_per_s" in r]
     labels = [f"{r['method']}\n{r['mode']}" for r in ok]
@@ -95,12 +89,11 @@ def plot(rows: list[dict], path: pathlib.Path) -> None:
     ax2.set_ylabel("critic gradient steps / s")
     fig.suptitle("RL session throughput on the sim Franka (2-core machine, one session at a time)", fontsize=10)
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    plots.save(fig, path, dpi=110)
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = flags.parser("rl_throughput", __doc__, out=False)
     ap.add_argument("--checkpoint", required=True, help="the frozen VLA (a `vla train` run or checkpoint)")
     ap.add_argument("--task", default="pick_blue_cube")
     ap.add_argument("--methods", nargs="+", default=list(METHODS), choices=list(METHODS))
@@ -112,10 +105,10 @@ def main(argv=None) -> int:
     ap.add_argument("--dsrl-utd", type=int, default=20, help="dsrl-na: gradient steps per update round")
     ap.add_argument("--num-critics", type=int, default=10)
     ap.add_argument("--batch-size", type=int, default=256)
-    ap.add_argument("--port0", type=int, default=6500)
-    ap.add_argument("--quick", action="store_true", help="tiny updates, a few hundred ticks: a smoke run")
+    flags.add_port0(ap)
+    flags.add_quick(ap, "tiny updates, a few hundred ticks: a smoke run")
     ap.add_argument("--name", default="rl_throughput", help="result files bench/results/<name>.json / .png")
-    ap.add_argument("--out", type=pathlib.Path, default=ROOT / "bench" / "results")
+    flags.add_out(ap)
     ap.add_argument("--work", default=None, help="where the session run directories go (default a temp dir)")
     args = ap.parse_args(argv)
     if args.quick:
@@ -128,7 +121,7 @@ def main(argv=None) -> int:
     jobs = [{"task": args.task, "method": m, "mode": mode, "seed": 0, "out": os.path.join(work, f"{m}-{mode}")}
             for m in args.methods for mode in args.modes]
     t_start = time.perf_counter()
-    done = dsrl_bench.run_jobs(jobs, work, args, launch)
+    done = sessions.run_jobs(jobs, work, args, launch)
     by_out = {j["out"]: j for j in jobs}
     rows = []
     for r in done:
@@ -156,13 +149,11 @@ def main(argv=None) -> int:
              for r in rows}
     settings = {k: getattr(args, k) for k in ("checkpoint", "task", "methods", "modes", "total_ticks", "warmup_steps",
                                               "exec_steps", "utd", "num_critics", "batch_size")}
-    settings["checkpoint"] = dsrl_bench.portable(settings["checkpoint"])
+    settings["checkpoint"] = portable(settings["checkpoint"])
     res = {"bench": "rl_throughput", "quick": args.quick, "date": _dt.datetime.now().isoformat(timespec="seconds"),
            "machine": {"cpu_count": os.cpu_count(), "platform": platform.platform()}, "settings": settings,
            "wall_s_total": time.perf_counter() - t_start, "rows": rows, "goals": goals}
-    args.out.mkdir(parents=True, exist_ok=True)
-    with open(args.out / f"{args.name}.json", "w") as f:
-        json.dump(res, f, indent=2)
+    write_result(args.out / f"{args.name}.json", res, "rl_throughput", argv, args.quick)
     plot(rows, args.out / f"{args.name}.png")
     print(f"wrote {args.out / (args.name + '.json')} and .png")
     return 0 if all(r["returncode"] == 0 for r in rows) else 1

@@ -19,14 +19,12 @@ reference's updates / s, with and without LayerNorm.
 
 Writes ``bench/results/sac.json`` and ``sac.png``.
 
-    .venv/bin/python bench/sac.py [--quick] [--out DIR] [--threads N]
+    .venv/bin/python -m bench.sac [--quick] [--out DIR] [--threads N]
 """
 
 from __future__ import annotations
 
-import argparse
 import datetime as _dt
-import json
 import os
 import pathlib
 import platform
@@ -34,14 +32,14 @@ import sys
 import textwrap
 import time
 
-ROOT = pathlib.Path(__file__).resolve().parents[1]
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch import nn
 
-import numpy as np  # noqa: E402
-import torch  # noqa: E402
-import torch.nn.functional as F  # noqa: E402
-from torch import nn  # noqa: E402
+from bench.harness import flags, plots
+from bench.harness.results import write_result
+
 
 OBS_DIM, ACTION_DIM, HIDDEN, BATCH = 64, 56, (256, 256), 256
 GOAL_RATIO = 1.0
@@ -204,10 +202,7 @@ def replay_timing(samples: int, fill: int) -> dict:
 
 
 def plot(res: dict, path: pathlib.Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = plots.pyplot()
 
     rows = res["results"]
     labels = [textwrap.fill(r["label"], 18) for r in rows]
@@ -235,14 +230,13 @@ def plot(res: dict, path: pathlib.Path) -> None:
                  f"obs {OBS_DIM}, action {ACTION_DIM}; {m['cpu_count']} cores, load {m['loadavg_1m_start']:.1f}"
                  f" ({res['mode']})", fontsize=9)
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    plots.save(fig, path, dpi=110)
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--quick", action="store_true", help="a few short rounds (a smoke run, not a measurement)")
-    ap.add_argument("--out", type=pathlib.Path, default=ROOT / "bench" / "results")
+    ap = flags.parser("sac", __doc__, out=False)
+    flags.add_quick(ap, "a few short rounds (a smoke run, not a measurement)")
+    flags.add_out(ap)
     ap.add_argument("--threads", type=int, default=1, help="torch threads, the same for every row")
     ap.add_argument("--utd", type=int, default=20)
     ap.add_argument("--rounds", type=int, default=3, help="rounds per timed block")
@@ -275,9 +269,7 @@ def main(argv=None) -> int:
                          "measured": ratio_plain, "met": bool(ratio_plain >= GOAL_RATIO)}},
            "wall_s": None}
     res["wall_s"] = time.perf_counter() - t_start
-    args.out.mkdir(parents=True, exist_ok=True)
-    with open(args.out / "sac.json", "w") as f:
-        json.dump(res, f, indent=2)
+    write_result(args.out / "sac.json", res, "sac", argv, args.quick)
     plot(res, args.out / "sac.png")
     print(f"\n{'configuration':<46} {'critic upd/s':>12} {'UTD-' + str(utd) + ' rounds/s':>16}")
     for r in rows:

@@ -8,7 +8,7 @@ Bodies (``--body``):
   while it learns to run at 1 m/s (reward 0.5 alive + 0.5 speed term per step, 250-step episodes); a fall
   is a pole tilt beyond 0.8 rad; R_level = {|theta| <= 0.35 level, |theta_dot| <= 2.5 level}; recovery:
   the LQR that stops the cart and stands the pole up.
-* ``go1``: the MuJoCo Go1 (``hardware.sim_go1``, in process, fast mode) through ``bench/go1_safe.py``:
+* ``go1``: the MuJoCo Go1 (``hardware.sim_go1``, in process, fast mode) through the Go1 body below:
   joint-target actions around the stand pose, reward forward speed; a fall is the simulator's (tilt /
   height / trunk contact); R_level bounds the trunk tilt and height; recovery: the Go1's deterministic
   stand-up / stabilise controller (``hardware.go1_control.RecoveryController``).
@@ -24,31 +24,33 @@ bound). Also the final evaluation return, recoveries that re-entered R / failed,
 Writes ``bench/results/safeexplorer.json`` and ``safeexplorer.png`` (``--out``; ``safeexplorer_go1.*`` for the
 Go1 body, ``--name`` to choose).
 
-    .venv/bin/python bench/safeexplorer.py [--quick] [--body balance|go1] [--steps N] [--seeds N] [--out DIR]
+    .venv/bin/python -m bench.safeexplorer [--quick] [--body balance|go1] [--steps N] [--seeds N] [--out DIR]
 """
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import datetime as _dt
-import json
 import os
 import pathlib
 import platform
 import sys
 import time
+from typing import Any
 
-ROOT = pathlib.Path(__file__).resolve().parents[1]
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
+import gymnasium as gym
+import numpy as np
+import torch
+from gymnasium import spaces
 
-import numpy as np  # noqa: E402
-import torch  # noqa: E402
+from hardware import go1_control as gc
 
-from policies.safety.config import SAFEEXPLORER_VARIANTS, SafeExplorerConfig  # noqa: E402
-from policies.safety.safeexplorer import SafeExplorer  # noqa: E402
-from vla.data.atomic import atomic_write_bytes  # noqa: E402
+from policies.safety.config import SAFEEXPLORER_VARIANTS, SafeExplorerConfig
+from policies.safety.safeexplorer import SafeExplorer
+
+from bench.harness import flags, plots
+from bench.harness.results import write_result
+
 
 VARIANTS = tuple(SAFEEXPLORER_VARIANTS)
 INIT_LOG_STD = {"balance": 0.0, "go1": -0.8}
@@ -59,6 +61,152 @@ the steps); at std 0.3 PPO never fell in 40K steps (nothing to protect against);
 GOAL_FALLS_RATIO, GOAL_RETURN_RATIO = 10.0, 0.95
 
 
+# ---- The Go1 body of ``bench/safeexplorer.py``: a gymnasium env over the MuJoCo Go1 (``hardware.sim_go1``, in
+# process, fast mode) with a safe region and the Go1's deterministic recovery, as a SafeExplorer RecoverySpec.
+#
+# Lives in ``bench/`` because ``policies/`` never imports ``hardware/`` (DESIGN.md): the agent only sees the
+# gymnasium env and the ``in_region`` / ``recovery`` callables built here. (Over the bridge the same body is
+# ``robot_io.legged_env.LeggedEnv`` in ``joints`` mode; in process it skips the sockets for the budget.)
+#
+# * Action ``a`` [12] in [-A_MAX, A_MAX]: joint targets ``STAND_Q + JOINT_SCALE a`` with fixed PD gains (kp 60,
+#   kd 2, the recovery controller's); one env step = one 50 Hz control period (10 physics steps at 500 Hz).
+#   The bound is wide enough for the recovery's targets (the sit posture); the learner starts near 0.
+# * Observation [36]: q(12), dq(12), trunk quat wxyz(4), gyro(3), base height(1), tilt(1), base linear
+#   velocity in the trunk frame(3; privileged, simulation only).
+# * Reward: ``clip(v_x, -1, 1) + 0.5`` per step (forward speed + alive) ``- 0.005 |a|^2``. A fall (the
+#   simulator's: tilt > 1 rad, trunk below 6 cm or trunk / head on the floor) terminates the episode.
+# * R_level = {tilt <= 0.25 level, base height >= 0.27 - 0.05 level, |roll / pitch rate| <= 3 rad/s} (level 1:
+#   0.25 rad, 22 cm). R is sized to what the recovery can return from (``recovery_rate``: exits driven by random
+#   joint targets of std 1.0 action units, seed 100, 60 trials): it re-enters (and settles) 56 / 60 at level 0.4
+#   (the curriculum's start) and 56 / 60 at level 1. The rate bound hands over before the trunk has picked up
+#   speed: without it the same trials gave 47 / 60 at level 1, and the first R (tilt 0.6 rad, 15 cm) 5 / 30,
+#   the trunk still falling (gyro up to 12 rad/s) when it left R. The rate bound does not shrink with the level:
+#   scaled (2 rad/s x level), a learner exploring with std 0.3 left R_0.4 after 1.4 steps on average and acted
+#   on 2% of the steps of a 40K-step run; fixed at 3 rad/s it stays about 23 steps at either level.
+# * Recovery: ``hardware.go1_control.RecoveryController`` (tuck, rise, stabilise), restarted from the measured
+#   joints at the start of every segment; its targets are expressed as actions (its tuck gains of kp 30 are
+#   replaced by the env's 60 -- the one difference to the simulator's own ``stand`` mode). It keeps control
+#   until the state is back in R *and* the controller has settled (``RecoverySpec.settled``: level and still
+#   for 0.3 s): handed back at the first re-entry, the learner took over mid-rise, often with the trunk still
+#   tipping, and the robot left R again.
+
+JOINT_SCALE, A_MAX, KP, KD = 0.4, 3.0, 60.0, 2.0
+TILT_R, HEIGHT_STAND, HEIGHT_SPAN, GYRO_R = 0.25, 0.27, 0.05, 3.0
+OBS_DIM = 36
+
+
+class Go1SafeEnv(gym.Env):
+    metadata = {"render_modes": []}
+
+    def __init__(self, max_steps: int = 500, seed: int = 0) -> None:
+        from hardware.sim_go1 import SimGo1  # MuJoCo: imported only for this body
+
+        self.sim = SimGo1(realtime=False, control_hz=50.0, control_substeps=10, seed=seed)
+        self.sim.connect()
+        self.max_steps = int(max_steps)
+        self.observation_space = spaces.Box(-np.inf, np.inf, (OBS_DIM,), np.float32)
+        self.action_space = spaces.Box(-A_MAX, A_MAX, (12,), np.float32)
+        self.dt = self.sim.control_dt
+        self.steps = 0
+
+    @staticmethod
+    def _obs(s) -> np.ndarray:
+        return np.concatenate([s.q, s.dq, s.quat, s.gyro, [s.base_height, s.tilt], s.extras["base_lin_vel"]]
+                              ).astype(np.float32)
+
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None):
+        super().reset(seed=seed)
+        s = self.sim.reset(seed=int(self.np_random.integers(2 ** 31)))
+        self.steps = 0
+        return self._obs(s), {}
+
+    def step(self, action):
+        a = np.clip(np.asarray(action, np.float64).reshape(12), -A_MAX, A_MAX)
+        self.sim.command_joint_positions(gc.STAND_Q + JOINT_SCALE * a, KP, KD)
+        self.sim.step()
+        s = self.sim.read_state()
+        self.steps += 1
+        vx = float(s.extras["base_lin_vel"][0])
+        reward = float(np.clip(vx, -1.0, 1.0)) + 0.5 - 0.005 * float(np.sum(np.asarray(action) ** 2))
+        return self._obs(s), reward, bool(s.fallen), self.steps >= self.max_steps, {"fall": bool(s.fallen)}
+
+    def close(self) -> None:
+        self.sim.disconnect()
+
+
+def in_region(obs: np.ndarray, level: float) -> bool:
+    height, tilt, tip_rate = float(obs[31]), float(obs[32]), float(np.hypot(obs[28], obs[29]))
+    return tilt <= TILT_R * level and height >= HEIGHT_STAND - HEIGHT_SPAN * level and tip_rate <= GYRO_R
+
+
+class Go1Recovery:
+    """The stand-up / stabilise controller as actions of :class:`Go1SafeEnv` (deterministic given the segment's
+    first state)."""
+
+    def __init__(self, dt: float) -> None:
+        self.dt, self.ctrl = dt, gc.RecoveryController()
+
+    def start(self, obs: np.ndarray) -> None:
+        self.ctrl.start(np.asarray(obs[:12], np.float64))
+
+    def settled(self) -> bool:
+        """The controller has finished: standing, level and still for its settle time (``phase == 'done'``)."""
+        return self.ctrl.done
+
+    def __call__(self, obs: np.ndarray) -> np.ndarray:
+        o = np.asarray(obs, np.float64)
+        cmd = self.ctrl.step(self.dt, o[:12], o[12:24], o[24:28])
+        return ((cmd.q - gc.STAND_Q) / JOINT_SCALE).astype(np.float32)
+
+
+def go1_recovery_spec(env: Go1SafeEnv):
+    from policies.safety.safeexplorer import RecoverySpec
+
+    rec = Go1Recovery(env.dt)
+    return RecoverySpec(in_region=in_region, recovery=rec, start=rec.start, settled=rec.settled)
+
+
+def recovery_rate(level: float, action_std: float = 1.0, trials: int = 30, seed: int = 0) -> dict[str, Any]:
+    """How often the recovery brings the Go1 back into R_level: each trial drives the robot with random
+    actions ~ N(0, action_std^2) from a fresh stance until it leaves R_level (or 150 steps), then runs the
+    recovery for up to 200 steps (4 s) until it hands back (in R_level and settled, SafeExplorer's rule).
+    -> counts of ``reentered`` / ``fell`` / ``timeout`` and of trials that fell before leaving or never left."""
+    env = Go1SafeEnv(max_steps=10_000, seed=seed)
+    rec = Go1Recovery(env.dt)
+    rng = np.random.default_rng(seed)
+    out = {"reentered": 0, "fell": 0, "timeout": 0, "fell_before_leaving": 0, "never_left": 0}
+    try:
+        for trial in range(trials):
+            obs, _ = env.reset(seed=seed + trial)
+            left = False
+            for _ in range(150):
+                obs, _, term, _, _ = env.step(rng.normal(0.0, action_std, 12))
+                if term:
+                    out["fell_before_leaving"] += 1
+                    break
+                if not in_region(obs, level):
+                    left = True
+                    break
+            else:
+                out["never_left"] += 1
+            if not left:
+                continue
+            rec.start(obs)
+            result = "timeout"
+            for _ in range(200):
+                obs, _, term, _, _ = env.step(rec(obs))
+                if term:
+                    result = "fell"
+                    break
+                if in_region(obs, level) and rec.settled():
+                    result = "reentered"
+                    break
+            out[result] += 1
+    finally:
+        env.close()
+    return out
+
+
 def make_body(name: str, max_steps: int | None):
     """-> (make_env(), spec(env), default threshold, default episode length)."""
     if name == "balance":
@@ -66,10 +214,8 @@ def make_body(name: str, max_steps: int | None):
         T = max_steps or 250
         return (lambda: BalanceCartEnv(max_steps=T)), recovery_spec, 0.72 * T, T
     if name == "go1":
-        sys.path.insert(0, str(ROOT / "bench"))
-        from go1_safe import Go1SafeEnv, recovery_spec
         T = max_steps or 500
-        return (lambda: Go1SafeEnv(max_steps=T)), recovery_spec, 0.8 * T, T  # standing still earns 0.5 T
+        return (lambda: Go1SafeEnv(max_steps=T)), go1_recovery_spec, 0.8 * T, T  # standing still earns 0.5 T
     raise ValueError(f"unknown body {name!r} (known: balance, go1)")
 
 
@@ -138,10 +284,7 @@ def summarise(runs: list[dict]) -> dict:
 
 
 def plot(res: dict, path: pathlib.Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = plots.pyplot()
 
     fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(12, 4.5))
     colors = dict(zip(VARIANTS, ("tab:red", "tab:orange", "tab:blue", "tab:green")))
@@ -158,15 +301,14 @@ def plot(res: dict, path: pathlib.Path) -> None:
         ax.grid(alpha=0.3)
     fig.suptitle(f"SafeExplorer ablation on {res['config']['body']} ({res['mode']})")
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    plots.save(fig, path, dpi=110)
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--quick", action="store_true", help="2 rollouts of 256 steps, 1 seed (a smoke run, not a measurement)")
+    ap = flags.parser("safeexplorer", __doc__, out=False)
+    flags.add_quick(ap, "2 rollouts of 256 steps, 1 seed (a smoke run, not a measurement)")
     ap.add_argument("--body", choices=("balance", "go1"), default="balance")
-    ap.add_argument("--out", type=pathlib.Path, default=ROOT / "bench" / "results")
+    flags.add_out(ap)
     ap.add_argument("--name", default=None, help="results file stem (default safeexplorer for balance, "
                                                  "safeexplorer_go1 for go1)")
     ap.add_argument("--steps", type=int, default=60_000, help="env steps per variant and seed")
@@ -235,9 +377,7 @@ def main(argv=None) -> int:
                               if k not in SAFEEXPLORER_VARIANTS["ppo"]}},
            "summary": summary, "goals": goals, "runs": runs, "wall_s": time.perf_counter() - t_start}
     stem = args.name or ("safeexplorer" if args.body == "balance" else f"safeexplorer_{args.body}")
-    args.out.mkdir(parents=True, exist_ok=True)
-    # a killed run never leaves a half-written results file
-    atomic_write_bytes(args.out / f"{stem}.json", json.dumps(res, indent=2).encode())
+    write_result(args.out / f"{stem}.json", res, "safeexplorer", argv, args.quick)  # atomic, as every result
     plot(res, args.out / f"{stem}.png")
     print(f"\n{'variant':<13} {'falls to thr':>12} {'falls':>7} {'final return':>13}")
     for v, s in summary.items():

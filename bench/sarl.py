@@ -23,8 +23,8 @@ which an evaluation reached 80%, and the grounding of the sub-skill prompts over
 
 Writes ``bench/results/<name>.json`` and ``<name>.png``; ``bench/results/README.md`` keeps the table of rounds.
 
-    .venv/bin/python bench/sarl.py --checkpoint runs/sft/r15_60 --task place_cube_in_bowl --task stack_cubes
-    .venv/bin/python bench/sarl.py --quick --checkpoint runs/sft/r15_60 --task place_cube_in_bowl   # smoke run
+    .venv/bin/python -m bench.sarl --checkpoint runs/sft/r15_60 --task place_cube_in_bowl --task stack_cubes
+    .venv/bin/python -m bench.sarl --quick --checkpoint runs/sft/r15_60 --task place_cube_in_bowl   # smoke run
 """
 
 from __future__ import annotations
@@ -39,34 +39,18 @@ import sys
 import tempfile
 import time
 
-ROOT = pathlib.Path(__file__).resolve().parents[1]
-for p in (ROOT, ROOT / "bench"):
-    if str(p) not in sys.path:
-        sys.path.insert(0, str(p))
+import numpy as np
 
-import numpy as np  # noqa: E402
+from bench.harness import flags, plots
+from bench.harness import jobs as sessions
+from bench.harness.jobs import max_steps
+from bench.harness.results import portable, write_result
+from bench.harness.stats import wilson
 
-import dsrl as dsrl_bench  # noqa: E402  (bench/dsrl.py: sites on own ports, base reuse, run collection)
 
 GOAL = {"success": 0.8, "episodes": 100}
 ARMS = ("random", "subskills", "sarl", "dsrl-na")
 COLORS = {"random": "#8c8c8c", "subskills": "#55a868", "sarl": "#4c72b0", "dsrl-na": "#c44e52", "task prompt": "k"}
-
-
-def wilson(k: int, n: int, z: float = 1.96) -> list[float]:
-    if n == 0:
-        return [0.0, 1.0]
-    p = k / n
-    d = 1 + z * z / n
-    c = (p + z * z / (2 * n)) / d
-    h = z * np.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / d
-    return [float(max(0.0, c - h)), float(min(1.0, c + h))]
-
-
-def max_steps(task: str) -> int:
-    from hardware.sim_tasks import get_task
-
-    return int(get_task(task).max_steps)
 
 
 def launch(job: dict, site: str, args):
@@ -88,16 +72,16 @@ def launch(job: dict, site: str, args):
     else:  # dsrl-na
         cmd += ["--method", "dsrl", "--variant", "na", "--total-ticks", str(ticks), "--eval-every",
                 str(args.eval_every), "--warmup-steps", "250", "--utd", "20"]
-    return dsrl_bench.start_session(cmd, job, "async" if arm == "dsrl-na" else "lockstep")
+    return sessions.start_session(cmd, job, "async" if arm == "dsrl-na" else "lockstep")
 
 
 def collect(job: dict) -> dict:
-    r = dsrl_bench.collect({**job, "method": job["arm"]})
+    r = sessions.collect({**job, "method": job["arm"]})
     r.update(arm=job["arm"], terminator=job["terminator"])
     out = job["out"]
     if "final" not in r:
         return r
-    s, counts = dsrl_bench.eval_counts(out)
+    s, counts = sessions.eval_counts(out)
     r.update(counts)
     evals = [json.loads(x) for x in open(os.path.join(out, "evals.jsonl"))] \
         if os.path.isfile(os.path.join(out, "evals.jsonl")) else []
@@ -184,10 +168,7 @@ def summarize(done: list[dict], args) -> dict:
 
 
 def plot(done: list[dict], summary: dict, path: pathlib.Path, title: str) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = plots.pyplot()
 
     panels = [(t, term) for t, terms in summary.items() for term in terms]
     fig, axes = plt.subplots(1, max(1, len(panels)), figsize=(5.0 * max(1, len(panels)), 3.9), squeeze=False)
@@ -229,12 +210,11 @@ def plot(done: list[dict], summary: dict, path: pathlib.Path, title: str) -> Non
         ax.legend(fontsize=7)
     fig.suptitle(title, fontsize=9)
     fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    plots.save(fig, path, dpi=120)
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = flags.parser("sarl", __doc__, out=False)
     ap.add_argument("--checkpoint", required=True, help="the frozen VLA, trained on the tasks' sub-skill instructions "
                                                         "(`make base-subskills`, or a `vla train` run)")
     ap.add_argument("--task", action="append", dest="tasks", required=True)
@@ -254,11 +234,11 @@ def main(argv=None) -> int:
     ap.add_argument("--eval-every", type=int, default=20, help="SARL / DSRL: episodes between evaluations")
     ap.add_argument("--eval-episodes", type=int, default=10, help="SARL / DSRL evaluations (and the final one)")
     ap.add_argument("--fixed-episodes", type=int, default=20, help="episodes of the random / subskills arms")
-    ap.add_argument("--jobs", type=int, default=1, help="sessions run in parallel (one sim bridge each)")
-    ap.add_argument("--port0", type=int, default=6500, help="session j's sim bridge uses ports port0 + 20 j ...")
-    ap.add_argument("--quick", action="store_true", help="1 seed, 2 episodes, 1 evaluation episode: a smoke run")
+    flags.add_jobs(ap, 1, "sessions run in parallel (one sim bridge each)")
+    flags.add_port0(ap)
+    flags.add_quick(ap, "1 seed, 2 episodes, 1 evaluation episode: a smoke run")
     ap.add_argument("--name", default="sarl", help="result files bench/results/<name>.json / .png")
-    ap.add_argument("--out", type=pathlib.Path, default=ROOT / "bench" / "results")
+    flags.add_out(ap)
     ap.add_argument("--work", default=None, help="where the session run directories go (default a temp dir)")
     args = ap.parse_args(argv)
     args.terminators = args.terminators or ["subgoal", "budget"]
@@ -281,7 +261,7 @@ def main(argv=None) -> int:
                 jobs.append({"task": t, "arm": "dsrl-na", "method": "dsrl-na", "terminator": "none", "seed": s,
                              "out": os.path.join(work, f"{t}-dsrl-na-s{s}")})
     t0 = time.perf_counter()
-    done = dsrl_bench.run_jobs(jobs, work, args, launch)
+    done = sessions.run_jobs(jobs, work, args, launch)
     done = [collect(next(j for j in jobs if j["out"] == r["out"]) | {"returncode": r["returncode"],
                                                                       "wall_s": r["wall_s"]}) for r in done]
     for r in [r for r in done if r["terminator"] == "none"]:  # dsrl-na belongs to every panel of its task
@@ -303,12 +283,10 @@ def main(argv=None) -> int:
            "machine": {"cpu_count": os.cpu_count(), "platform": platform.platform()},
            "settings": {k: getattr(args, k) for k in keys}, "wall_s_total": time.perf_counter() - t0,
            "summary": summary, "goals": goals,
-           "runs": [{k: v for k, v in {**r, "out": dsrl_bench.portable(r["out"])}.items() if k not in ("t0",)}
+           "runs": [{k: v for k, v in {**r, "out": portable(r["out"])}.items() if k not in ("t0",)}
                     for r in done if r["terminator"] != "none" or r["arm"] != "dsrl-na"]}
-    res["settings"]["checkpoint"] = dsrl_bench.portable(args.checkpoint)
-    args.out.mkdir(parents=True, exist_ok=True)
-    with open(args.out / f"{args.name}.json", "w") as f:
-        json.dump(res, f, indent=2)
+    res["settings"]["checkpoint"] = portable(args.checkpoint)
+    write_result(args.out / f"{args.name}.json", res, "sarl", argv, args.quick)
     plot(done, summary, args.out / f"{args.name}.png",
          f"SARL vs fixed prompt policies, frozen VLA {os.path.basename(os.path.normpath(args.checkpoint))}, "
          f"exec {args.exec_steps}" + (f", {args.episodes} episodes' ticks, {args.seeds} seed(s)" if "sarl" in args.arms

@@ -18,13 +18,13 @@ actor uses, and the versions) and ``<name>.png`` beside it.
 
 On this machine (2 cores, shared):
 
-    .venv/bin/python bench/scale.py --checkpoint vla/checkpoints/base
-    .venv/bin/python bench/scale.py --quick --checkpoint vla/checkpoints/base     # smoke run, seconds of work
+    .venv/bin/python -m bench.scale --checkpoint vla/checkpoints/base
+    .venv/bin/python -m bench.scale --quick --checkpoint vla/checkpoints/base     # smoke run, seconds of work
 
 On a larger machine or a Ray cluster (`pip install -e .[scale]` on every node, the checkpoint at the same path;
 start the cluster with `ray start --head` here and `ray start --address HEAD:6379` on the other nodes):
 
-    .venv/bin/python bench/scale.py --checkpoint vla/checkpoints/base --workers 1 16 --actors 1 16 \\
+    .venv/bin/python -m bench.scale --checkpoint vla/checkpoints/base --workers 1 16 --actors 1 16 \\
         --ray-address auto --episodes 160 --total-ticks 20000 --name scale_16
 
 With --ray-address on several machines the learner must be reachable from the actors: add
@@ -33,7 +33,6 @@ With --ray-address on several machines the learner must be reachable from the ac
 
 from __future__ import annotations
 
-import argparse
 import datetime as _dt
 import json
 import os
@@ -45,12 +44,8 @@ import sys
 import tempfile
 import time
 
-ROOT = pathlib.Path(__file__).resolve().parents[1]
-for p in (ROOT, ROOT / "bench"):
-    if str(p) not in sys.path:
-        sys.path.insert(0, str(p))
-
-import dsrl as dsrl_bench  # noqa: E402  (portable paths)
+from bench.harness import flags, plots
+from bench.harness.results import ROOT, portable, write_result
 
 
 def _cpu_times() -> tuple[float, float]:
@@ -152,10 +147,7 @@ def same_outcomes(rows: list[dict]) -> bool | None:
 
 
 def plot(rows: list[dict], path: pathlib.Path, title: str) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = plots.pyplot()
 
     fig, axes = plt.subplots(1, 2, figsize=(9, 3.8))
     for ax, kind, unit, colour in ((axes[0], "eval", "evaluation episodes / s", "#4c72b0"),
@@ -172,12 +164,11 @@ def plot(rows: list[dict], path: pathlib.Path, title: str) -> None:
         ax.legend(fontsize=7, loc="lower right")
     fig.suptitle(title, fontsize=9)
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    plots.save(fig, path, dpi=110)
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = flags.parser("scale", __doc__, out=False)
     ap.add_argument("--checkpoint", required=True, help="the VLA (a `vla train` run or checkpoint)")
     ap.add_argument("--task", default="pick_red_cube")
     ap.add_argument("--workers", type=int, nargs="+", default=[1, 2], help="`vla eval --workers` counts (default 1 2)")
@@ -192,9 +183,9 @@ def main(argv=None) -> int:
     ap.add_argument("--rl-exec-steps", type=int, default=4, help="rl: rows of each chunk per macro-step")
     ap.add_argument("--rl-args", default="", help="more `vla rl` flags, e.g. \"--utd 4 --bind tcp://*:5800 --keys k/\"")
     ap.add_argument("--timeout", type=float, default=1800, help="seconds per command")
-    ap.add_argument("--quick", action="store_true", help="a smoke run: 4 episodes, 64 ticks, tiny updates")
+    flags.add_quick(ap, "a smoke run: 4 episodes, 64 ticks, tiny updates")
     ap.add_argument("--name", default="scale", help="result files bench/results/<name>.json / .png")
-    ap.add_argument("--out", type=pathlib.Path, default=ROOT / "bench" / "results")
+    flags.add_out(ap)
     ap.add_argument("--work", default=None, help="where the runs go (default a temp dir)")
     args = ap.parse_args(argv)
     if min(args.workers + args.actors) < 1:
@@ -233,7 +224,7 @@ def main(argv=None) -> int:
     settings = {k: getattr(args, k) for k in ("checkpoint", "task", "workers", "actors", "ray_address", "episodes",
                                               "exec_steps", "method", "total_ticks", "warmup_steps", "rl_exec_steps",
                                               "rl_args")}
-    settings["checkpoint"] = dsrl_bench.portable(settings["checkpoint"])
+    settings["checkpoint"] = portable(settings["checkpoint"])
     res = {"bench": "scale", "quick": args.quick, "date": _dt.datetime.now().isoformat(timespec="seconds"),
            "machine": {"host": platform.node(), "cpu_count": os.cpu_count(), "platform": platform.platform(),
                        "load_average_at_start": [round(x, 2) for x in load0],
@@ -243,9 +234,7 @@ def main(argv=None) -> int:
            "settings": settings, "wall_s_total": round(time.perf_counter() - t_start, 1),
            "eval_same_outcomes": same,
            "rows": [{k: v for k, v in r.items() if k != "outcomes"} for r in rows]}
-    args.out.mkdir(parents=True, exist_ok=True)
-    with open(args.out / f"{args.name}.json", "w") as f:
-        json.dump(res, f, indent=2)
+    write_result(args.out / f"{args.name}.json", res, "scale", argv, args.quick)
     plot(rows, args.out / f"{args.name}.png", f"scale-out on Ray, {os.cpu_count()} CPUs "
                                               f"({args.ray_address or 'local cluster'}), one command at a time")
     print(f"wrote {args.out / (args.name + '.json')} and .png")

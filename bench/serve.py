@@ -1,7 +1,7 @@
 #!/usr/bin/env python
 """Policy server + thin client benchmark: `vla serve` and the client of `vla-client` on the sim Franka.
 
-Run ``.venv/bin/python bench/serve.py [--quick] [--checkpoint RUN] [--out DIR]``. It writes
+Run ``.venv/bin/python -m bench.serve [--quick] [--checkpoint RUN] [--out DIR]``. It writes
 ``DIR/serve.json`` and ``DIR/serve.png`` (default DIR: bench/results). In one run:
 
 1. A bridge serves the simulated Franka and its two cameras, laid out as the ``sim-franka-fast``
@@ -33,7 +33,6 @@ share the CPU, and on a shared machine other jobs do too. Quick mode (tiny model
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import platform
 import subprocess
@@ -45,8 +44,10 @@ from pathlib import Path
 
 import numpy as np
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+from bench.harness import flags, plots  # noqa: E402
+from bench.harness.results import ROOT, write_result  # noqa: E402
+
+
 os.environ.setdefault("MUJOCO_GL", "egl")
 
 INSTRUCTION = "pick up the red cube"
@@ -127,10 +128,7 @@ def run_mode(site: Path, endpoint: str, mode: str, hz: float, seconds: float, de
 
 
 def plot(res: dict, path: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = plots.pyplot()
 
     fig, axes = plt.subplots(2, 2, figsize=(14, 8), gridspec_kw={"width_ratios": [1, 1.6]})
     colors = {"none": "tab:red", "ensemble": "tab:blue", "crossfade": "tab:green"}
@@ -177,8 +175,7 @@ def plot(res: dict, path: Path) -> None:
     fig.suptitle(f"policy server + thin client on the fast sim Franka at {res['config']['hz']:g} Hz; "
                  f"load {res['machine']['loadavg_start'][0]:.1f} -> {res['machine']['loadavg_end'][0]:.1f}", fontsize=10)
     fig.tight_layout()
-    fig.savefig(path, dpi=90)
-    plt.close(fig)
+    plots.save(fig, path, dpi=90)
 
 
 def start_synthetic_server(port: int, log_path: Path) -> subprocess.Popen:
@@ -216,7 +213,7 @@ def _ratios(runs: list[dict]) -> dict:
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                 epilog="example: bench/serve.py --checkpoint runs/vla_pick --seconds 30")
-    p.add_argument("--quick", action="store_true", help="tiny model, 64 px frames, 3 s per mode (the test suite's run)")
+    flags.add_quick(p, "tiny model, 64 px frames, 3 s per mode (the test suite's run)")
     p.add_argument("--checkpoint", default=None, help="a VLA checkpoint or run (default: tiny random-init compact VLA)")
     p.add_argument("--hz", type=float, default=10.0, help="control rate (default 10)")
     p.add_argument("--seconds", type=float, default=None, help="run time per blend mode and source (default 15; quick 3)")
@@ -226,7 +223,7 @@ def main(argv=None) -> int:
     p.add_argument("--device", default="auto", help="the server's torch device (default auto)")
     p.add_argument("--task", default="pick_red_cube", help="sim task laid out at each reset (default pick_red_cube)")
     p.add_argument("--no-synthetic", action="store_true", help="skip the synthetic-source control runs")
-    p.add_argument("--out", default=str(ROOT / "bench" / "results"))
+    flags.add_out(p, type=str)
     args = p.parse_args(argv)
     seconds = args.seconds or (3.0 if args.quick else 15.0)
     args.deadline = args.deadline or (15.0 if args.quick else 5.0)
@@ -237,8 +234,8 @@ def main(argv=None) -> int:
     t_start = time.time()
 
     from robot_io.site import load_site
-    from tests.net import free_ports
-    from vla.commands._bridge import running_bridge
+    from bench.harness.sites import lease_ports as free_ports
+    from robot_io.bridge_process import running_bridge
 
     res = {"timestamp": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "mode": "quick" if args.quick else "full",
            "machine": {"cpu_count": os.cpu_count(), "platform": platform.platform(),
@@ -284,7 +281,7 @@ def main(argv=None) -> int:
     if res.get("synthetic_runs"):
         res["synthetic_boundary_jump_vs_none"] = _ratios(res["synthetic_runs"])
     res["wall_s"] = time.time() - t_start
-    (out / "serve.json").write_text(json.dumps(res, indent=1))
+    write_result(out / "serve.json", res, "serve", argv, args.quick, indent=1)
     plot(res, out / "serve.png")
     for key in ("boundary_jump_vs_none", "synthetic_boundary_jump_vs_none"):
         if key in res:

@@ -1,7 +1,7 @@
 #!/usr/bin/env python
 """Peers at equal budget: LeRobot's own ACT and Diffusion Policy on the compact VLA's datasets.
 
-Run ``.venv/bin/python bench/sft_peers.py [--peer act --peer diffusion] [--task ...] [--minutes 13]
+Run ``.venv/bin/python -m bench.sft_peers [--peer act --peer diffusion] [--task ...] [--minutes 13]
 [--eval-episodes 20] [--data-dir data/sft] [--runs-dir runs/peers] [--port 6700] [--quick]``.
 
 For each peer, one policy per task is trained with LeRobot's own training code (``lerobot-train``
@@ -57,7 +57,6 @@ Diffusion Policy needs ``diffusers`` (``lerobot[diffusion]``: ``diffusers>=0.38,
 
 from __future__ import annotations
 
-import argparse
 import datetime as _dt
 import json
 import os
@@ -69,9 +68,9 @@ import subprocess
 import sys
 import time
 
-ROOT = pathlib.Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-sys.path.append(str(ROOT / "bench"))  # after ROOT: bench/vla.py must not shadow the vla package
+from bench.harness import flags, plots
+from bench.harness.results import ROOT, write_result
+
 
 TASKS = ("pick_red_cube", "pick_blue_cube", "lift_green_cube")
 PEERS = ("act", "diffusion")
@@ -330,10 +329,7 @@ def _portable(arg: str) -> str:
 
 
 def plot(rows: list[dict], ref: dict | None, path: pathlib.Path, minutes: float) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = plots.pyplot()
     import numpy as np
 
     groups = [(f"{r['peer']}\n{sum(t['train']['steps'] for t in r['tasks'].values())} steps", r["tasks"]) for r in rows]
@@ -356,8 +352,7 @@ def plot(rows: list[dict], ref: dict | None, path: pathlib.Path, minutes: float)
                  f"{rows[0]['settings']['eval_episodes']} eval episodes/task", fontsize=9)
     ax.legend(fontsize=8)
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    plots.save(fig, path, dpi=110)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -366,7 +361,7 @@ def main(argv: list[str] | None = None) -> int:
         if len(argv) < 3 or argv[2] != "--":
             raise SystemExit(f"usage: sft_peers.py {CHILD} DEADLINE -- LEROBOT_TRAIN_ARGS...")
         return lerobot_train_until(float(argv[1]), argv[3:])
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = flags.parser("sft_peers", __doc__, out=False)
     ap.add_argument("--peer", action="append", choices=PEERS, help=f"peers (default both: {', '.join(PEERS)})")
     ap.add_argument("--task", action="append", help=f"tasks (default {', '.join(TASKS)})")
     ap.add_argument("--minutes", type=float, default=13.0,
@@ -384,10 +379,11 @@ def main(argv: list[str] | None = None) -> int:
                     help="the compact VLA for comparison: a row of OUT/vla_sft.json, or a vla eval report "
                          "(RUN/eval-.../eval.json or its directory)")
     ap.add_argument("--threads", type=int, default=2, help="torch threads for vla eval")
-    ap.add_argument("--port", type=int, default=6700, help="first port of the bench's own sim bridge")
+    ap.add_argument("--port", type=int, default=None,
+                    help="first port of the bench's own sim bridge (default: ports leased on this machine)")
     ap.add_argument("--data-dir", default="data/sft")
     ap.add_argument("--runs-dir", default="runs/peers")
-    ap.add_argument("--out", default=str(ROOT / "bench" / "results"))
+    flags.add_out(ap, type=str)
     ap.add_argument("--quick", action="store_true",
                     help="smoke test: 1 task, 1 minute per peer, 2 demos, 2 denoising steps, 2 episodes")
     args = ap.parse_args(argv)
@@ -397,12 +393,12 @@ def main(argv: list[str] | None = None) -> int:
         args.demos, args.minutes, args.eval_episodes, args.dp_inference_steps = 2, 1.0, 2, 2
     if args.minutes <= 0 or args.eval_episodes <= 0 or args.num_workers < 0 or args.dp_inference_steps < 0:
         raise SystemExit("--minutes and --eval-episodes must be positive, --num-workers and --dp-inference-steps >= 0")
-    from dsrl import site_with_ports
+    from bench.harness.sites import site_copy
 
     out = pathlib.Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     pathlib.Path(args.data_dir).mkdir(parents=True, exist_ok=True)
-    site = site_with_ports(str(pathlib.Path(args.data_dir) / f"site-{args.port}.yaml"), args.port)
+    site = site_copy(str(pathlib.Path(args.data_dir) / f"site-{args.port or os.getpid()}.yaml"), args.port)
     rows = []
     for peer in args.peer or PEERS:
         r = run_peer(peer, args, site)
@@ -419,7 +415,7 @@ def main(argv: list[str] | None = None) -> int:
               "budget": f"{args.minutes:g} min of lerobot-train wall clock per peer, {args.minutes / len(args.task):.2f} "
                         "min per task (start-up, data loading, updates and the final checkpoint all count)",
               "peers": rows, "compact_vla": ref}
-    (out / "sft_peers.json").write_text(json.dumps(report, indent=2))
+    write_result(out / "sft_peers.json", report, "sft_peers", argv, args.quick, indent=2)
     plot(rows, ref, out / "sft_peers.png", args.minutes)
     print(f"report: {out / 'sft_peers.json'}  plot: {out / 'sft_peers.png'}")
     return 0

@@ -14,26 +14,24 @@ augmented 96 px frames). Random inputs: throughput does not depend on the data.
 
 Writes ``bench/results/vla.json`` and ``vla.png``.
 
-    .venv/bin/python bench/vla.py [--quick] [--out DIR]
+    .venv/bin/python -m bench.vla [--quick] [--out DIR]
 """
 
 from __future__ import annotations
 
-import argparse
 import datetime as _dt
-import json
 import os
 import pathlib
 import platform
 import sys
 import time
 
-ROOT = pathlib.Path(__file__).resolve().parents[1]
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
+import numpy as np
+import torch
 
-import numpy as np  # noqa: E402
-import torch  # noqa: E402
+from bench.harness import flags, plots
+from bench.harness.results import write_result
+
 
 GOAL_LATENCY_MS = 30.0
 
@@ -127,10 +125,7 @@ def throughput(mode: str, batch: int, steps: int, threads: int) -> dict:
 
 
 def plot(res: dict, path: pathlib.Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = plots.pyplot()
 
     fig, (a, b) = plt.subplots(1, 2, figsize=(10, 3.6))
     lat = res["latency"]
@@ -151,14 +146,13 @@ def plot(res: dict, path: pathlib.Path) -> None:
     b.set_title(f"SFT throughput, batch {rows[0]['batch']}, {rows[0]['threads']} threads", fontsize=9)
     fig.suptitle(f"compact VLA on {res['machine']['cpu_count']} CPU cores", fontsize=10)
     fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    plots.save(fig, path, dpi=120)
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--quick", action="store_true", help="a few calls / steps (a smoke run, not a measurement)")
-    ap.add_argument("--out", type=pathlib.Path, default=ROOT / "bench" / "results")
+    ap = flags.parser("vla", __doc__, out=False)
+    flags.add_quick(ap, "a few calls / steps (a smoke run, not a measurement)")
+    flags.add_out(ap)
     ap.add_argument("--calls", type=int, default=300)
     ap.add_argument("--batch", type=int, default=256)
     ap.add_argument("--steps", type=int, default=20)
@@ -186,9 +180,7 @@ def main(argv=None) -> int:
            "latency": lat, "latency_variants": variants, "throughput": rows,
            "goals": {"latency_p50_le_30ms": {"goal_ms": GOAL_LATENCY_MS, "measured_ms": lat["p50_ms"],
                                              "met": lat["p50_ms"] <= GOAL_LATENCY_MS}}}
-    args.out.mkdir(parents=True, exist_ok=True)
-    with open(args.out / "vla.json", "w") as f:
-        json.dump(res, f, indent=2)
+    write_result(args.out / "vla.json", res, "vla", argv, args.quick)
     plot(res, args.out / "vla.png")
     print(f"wrote {args.out / 'vla.json'} and vla.png")
     return 0

@@ -39,7 +39,7 @@ Each episode gets one outcome:
 Writes ``bench/results/<name>.json`` (confusion matrices instruction x cube, outcome counts per task,
 every episode) and ``.png`` (the grasp confusion matrix and the outcomes per task).
 
-    .venv/bin/python bench/vla_confusion.py --checkpoint runs/sft/five --episodes 20 --jobs 2
+    .venv/bin/python -m bench.vla_confusion --checkpoint runs/sft/five --episodes 20 --jobs 2
 """
 
 from __future__ import annotations
@@ -52,12 +52,11 @@ import pathlib
 import sys
 import time
 
-ROOT = pathlib.Path(__file__).resolve().parents[1]
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
-sys.path.append(str(ROOT / "bench"))  # after the repo: bench/vla.py must not hide the vla package
+import numpy as np
 
-import numpy as np  # noqa: E402
+from bench.harness import flags, plots
+from bench.harness.results import write_result
+
 
 CUBES = ("red_cube", "green_cube", "blue_cube")
 OUTCOMES = ("success", "wrong object", "right object, grasp missed", "right object, skill not completed", "nothing")
@@ -242,9 +241,9 @@ def work(job: dict) -> list[dict]:
     from hardware.sim_tasks import get_task
     from robot_io.robot import RobotClient
     from robot_io.site import load_site
-    from vla.commands._bridge import running_bridge
+    from robot_io.bridge_process import running_bridge
     from vla.envs import task_env
-    from vla_steerability import eval_policy
+    from bench.harness.jobs import eval_policy
 
     policy = eval_policy(job["checkpoint"], job["exec_steps"], job.get("ensemble_window"), job.get("noise", "sample"),
                          job.get("gripper", "raw"))
@@ -315,10 +314,7 @@ def summarize(episodes: list[dict], tasks: list[str]) -> dict:
 
 
 def plot(summary: dict, path: pathlib.Path, title: str) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = plots.pyplot()
 
     res = summary["tasks"]
     tasks = list(res)
@@ -362,8 +358,7 @@ def plot(summary: dict, path: pathlib.Path, title: str) -> None:
     a2.set_title("outcome per task", fontsize=9)
     fig.suptitle(title, fontsize=9)
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    plots.save(fig, path, dpi=110)
     from PIL import Image  # a 64-colour palette PNG: the same plot in a third of the bytes
 
     Image.open(path).convert("RGB").quantize(colors=64, method=Image.Quantize.MEDIANCUT).save(path, optimize=True)
@@ -458,13 +453,13 @@ def main(argv=None) -> int:
                          "zero, or the mean of N draws' chunks")
     ap.add_argument("--gripper", choices=["raw", "binary"], default="raw",
                     help="the executed gripper opening, as `vla eval --gripper`: raw (default) or snapped to 0 / 1")
-    ap.add_argument("--jobs", type=int, default=2, help="worker processes, one sim bridge each")
+    flags.add_jobs(ap, 2, "worker processes, one sim bridge each")
     ap.add_argument("--robot", default="sim-franka-fast",
                     help="sim site preset the workers copy onto their own ports (default sim-franka-fast); it must "
                          "deliver every camera the checkpoint reads, e.g. sim-franka-fast-3cam for a model trained "
                          "with the side camera")
-    ap.add_argument("--port0", type=int, default=6100, help="worker j's bridge uses ports port0 + 20 j ...")
-    ap.add_argument("--out", type=pathlib.Path, default=ROOT / "bench" / "results")
+    flags.add_port0(ap)
+    flags.add_out(ap)
     ap.add_argument("--name", default="vla_confusion", help="result file names: OUT/NAME.json and .png")
     args = ap.parse_args(argv)
     if args.from_json:
@@ -482,7 +477,8 @@ def main(argv=None) -> int:
     except ValueError as e:
         ap.error(str(e))
     os.environ.setdefault("MUJOCO_GL", "egl")
-    from vla_steerability import portable_path, run_workers
+    from bench.harness.jobs import run_workers
+    from bench.harness.results import portable as portable_path
 
     from hardware.sim_tasks import get_task
     from vla.train import resolve_checkpoint
@@ -547,8 +543,8 @@ def main(argv=None) -> int:
            "instruction_override": args.instruction, "wording": args.wording, "robot": args.robot, "jobs": jobs,
            "wall_s": time.perf_counter() - t0,
            **summary, "episodes": episodes}
-    with open(args.out / f"{args.name}.json", "w") as f:
-        json.dump(out, f, indent=1, default=lambda o: None if o is None else str(o))
+    write_result(args.out / f"{args.name}.json", out, "vla_confusion", argv, False, indent=1,
+                 default=lambda o: None if o is None else str(o))
     plot(summary, args.out / f"{args.name}.png", plot_title(out))
     print(f"wrote {args.out / args.name}.json and .png")
     return 0

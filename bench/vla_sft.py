@@ -1,7 +1,7 @@
 #!/usr/bin/env python
 """What limits the compact VLA on the sim pick tasks: an ablation of recording and training recipes.
 
-Run ``.venv/bin/python bench/vla_sft.py [--row base --row crop ...] [--demos 60] [--steps 3000]
+Run ``.venv/bin/python -m bench.vla_sft [--row base --row crop ...] [--demos 60] [--steps 3000]
 [--eval-episodes 50] [--data-dir data/sft] [--runs-dir runs/sft] [--out bench/results] [--quick]``.
 
 Each row is one recipe: how the demos are recorded (``vla record --teleop scripted`` flags, e.g.
@@ -21,7 +21,6 @@ the bench does not collide with another `vla` program on the default ports.
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import datetime as _dt
 import json
@@ -32,9 +31,9 @@ import subprocess
 import sys
 import time
 
-ROOT = pathlib.Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-sys.path.append(str(ROOT / "bench"))  # after ROOT: bench/vla.py must not shadow the vla package
+from bench.harness import flags, plots
+from bench.harness.results import ROOT, write_result
+
 
 TASKS = ("pick_red_cube", "pick_blue_cube", "lift_green_cube")
 FRONT_CROP = "front=0.2,0.35,0.8,0.85"
@@ -220,10 +219,7 @@ def _portable(arg: str) -> str:
 
 
 def plot(rows: list[dict], path: pathlib.Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = plots.pyplot()
     import numpy as np
 
     tasks = list(rows[0]["tasks"])
@@ -245,12 +241,11 @@ def plot(rows: list[dict], path: pathlib.Path) -> None:
     ax.set_title(f"compact VLA: {n['demos']} demos/task, {n['steps']} steps, {n['eval_episodes']} eval episodes/task")
     ax.legend(fontsize=8)
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    plots.save(fig, path, dpi=110)
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = flags.parser("vla_sft", __doc__, out=False)
     ap.add_argument("--row", action="append", choices=sorted(ROWS), help=f"rows to run (default all: {', '.join(ROWS)})")
     ap.add_argument("--task", action="append", help=f"tasks (default {', '.join(TASKS)})")
     ap.add_argument("--demos", type=int, default=60, help="scripted demos per task (default 60)")
@@ -263,11 +258,12 @@ def main(argv: list[str] | None = None) -> int:
                     "(default 1500)")
     ap.add_argument("--eval-episodes", type=int, default=50, help="evaluation episodes per task (default 50)")
     ap.add_argument("--threads", type=int, default=2)
-    ap.add_argument("--port", type=int, default=6600, help="first port of the bench's own sim bridge")
+    ap.add_argument("--port", type=int, default=None,
+                    help="first port of the bench's own sim bridge (default: ports leased on this machine)")
     ap.add_argument("--data-dir", default="data/sft")
     ap.add_argument("--runs-dir", default="runs/sft")
-    ap.add_argument("--out", default=str(ROOT / "bench" / "results"))
-    ap.add_argument("--quick", action="store_true", help="smoke test: 1 task, 2 demos, 30 steps, 2 episodes")
+    flags.add_out(ap, type=str)
+    flags.add_quick(ap, "smoke test: 1 task, 2 demos, 30 steps, 2 episodes")
     args = ap.parse_args(argv)
     args.task = args.task or (["pick_red_cube"] if args.quick else list(TASKS))
     args.data_dir, args.runs_dir = os.path.abspath(args.data_dir), os.path.abspath(args.runs_dir)
@@ -276,12 +272,12 @@ def main(argv: list[str] | None = None) -> int:
         args.dagger_episodes, args.dagger_steps = 2, 10
         args.row = args.row or ["dart_crop"]
     rows = [ROWS[r] for r in (args.row or ROWS)]
-    from dsrl import site_with_ports
+    from bench.harness.sites import site_copy
 
     out = pathlib.Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     pathlib.Path(args.data_dir).mkdir(parents=True, exist_ok=True)
-    site = site_with_ports(str(pathlib.Path(args.data_dir) / f"site-{args.port}.yaml"), args.port)
+    site = site_copy(str(pathlib.Path(args.data_dir) / f"site-{args.port or os.getpid()}.yaml"), args.port)
     from tqdm import tqdm
 
     results = []
@@ -295,7 +291,7 @@ def main(argv: list[str] | None = None) -> int:
                   _portable(a) for a in (argv if argv is not None else sys.argv[1:])),
               "goal": ">= 85% on each pick task from full-quality demos, record + train <= 30 min (issue 13)",
               "rows": results}
-    (out / "vla_sft.json").write_text(json.dumps(report, indent=2))
+    write_result(out / "vla_sft.json", report, "vla_sft", argv, args.quick, indent=2)
     plot(results, out / "vla_sft.png")
     print(f"report: {out / 'vla_sft.json'}  plot: {out / 'vla_sft.png'}")
     return 0

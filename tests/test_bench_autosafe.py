@@ -15,7 +15,7 @@ ROOT = Path(__file__).resolve().parents[1]
 @pytest.mark.parametrize("body,stem", [("cartpole", "autosafe"), ("arm", "autosafe_arm")])
 def test_bench_autosafe_quick(tmp_path, body, stem):
     env = {**os.environ, "OMP_NUM_THREADS": "1", "MUJOCO_GL": os.environ.get("MUJOCO_GL", "egl")}
-    r = subprocess.run([sys.executable, str(ROOT / "bench" / "autosafe.py"), "--env", body, "--quick", "--out",
+    r = subprocess.run([sys.executable, "-m", "bench.autosafe", "--env", body, "--quick", "--out",
                         str(tmp_path)], cwd=ROOT, capture_output=True, text=True, timeout=180, env=env)
     assert r.returncode == 0, r.stderr[-3000:]
     res = json.load(open(tmp_path / f"{stem}.json"))
@@ -37,40 +37,11 @@ def test_bench_autosafe_quick(tmp_path, body, stem):
         assert res["config"]["safe_set"]["certified_sharpness"] >= res["config"]["autosafe"]["sharpness_max"]
 
 
-def test_arm_reach_goals_fill_the_middle_of_the_box_and_the_reward_peaks_there():
-    from bench import arm_reach as ar
-
-    rng = np.random.default_rng(0)
-    lo, hi = np.array(ar.WORKSPACE_LOW), np.array(ar.WORKSPACE_HIGH)
-    c, h = (lo + hi) / 2, (hi - lo) / 2
-    goals = np.stack([ar.sample_goal(rng) for _ in range(300)])
-    assert np.all(np.abs(goals - c) <= ar.GOAL_FRACTION * h + 1e-12)
-    assert np.all(goals.max(0) - goals.min(0) > 1.6 * ar.GOAL_FRACTION * h)  # spread over the middle, every axis
-    glo, ghi = ar.guard_box()
-    assert np.all(np.array(glo) > lo) and np.all(np.array(ghi) < hi)
-    assert np.all(goals >= np.array(glo)) and np.all(goals <= np.array(ghi))  # every goal is reachable safely
-    env = ar.ArmReachEnv(max_steps=30, seed=1)
-    try:
-        obs, info = env.reset(seed=3)
-        assert obs.shape == (ar.OBS_DIM,) and info["safe"]
-        np.testing.assert_allclose(obs[6:9], obs[3:6] - obs[:3], atol=1e-6)
-        rewards = []
-        for _ in range(30):  # a proportional reach to the goal
-            obs, r, term, trunc, info = env.step(np.clip(obs[6:9] / ar.STEP, -1, 1))
-            rewards.append(r)
-            assert info["safe"] and not term
-        assert trunc and info["dist"] < 0.01 and rewards[-1] > 0.8 > rewards[0]
-        outside = np.array(ar.WORKSPACE_HIGH) + 0.05
-        assert not ar.inside_workspace(outside) and ar.inside_workspace((lo + hi) / 2)
-    finally:
-        env.close()
-
-
 def test_bench_autosafe_append_adds_seeds_and_refuses_other_settings(tmp_path):
     """--append --seed-start 1 adds seed 1 to an existing results file; other settings are refused, naming the
     field, and the file is left as it was."""
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    base = [sys.executable, str(ROOT / "bench" / "autosafe.py"), "--env", "cartpole", "--quick", "--out", str(tmp_path)]
+    base = [sys.executable, "-m", "bench.autosafe", "--env", "cartpole", "--quick", "--out", str(tmp_path)]
     run = lambda *extra: subprocess.run(base + list(extra), cwd=ROOT, capture_output=True, text=True,  # noqa: E731
                                         timeout=180, env=env)
     r = run("--append")

@@ -16,7 +16,7 @@ ROOT = pathlib.Path(__file__).resolve().parents[1]
 
 def test_bench_bridge_quick(tmp_path):
     t0 = time.monotonic()
-    proc = subprocess.run([sys.executable, str(ROOT / "bench" / "bridge.py"), "--quick", "--out", str(tmp_path)],
+    proc = subprocess.run([sys.executable, "-m", "bench.bridge", "--quick", "--out", str(tmp_path)],
                           cwd=ROOT, capture_output=True, text=True, timeout=120)
     elapsed = time.monotonic() - t0
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]

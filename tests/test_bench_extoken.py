@@ -11,6 +11,17 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 
 
+def free_turns(task_name: str, seeds: list[int]) -> dict[int, str]:
+    """Scene seed -> the grasp turn that does not land a finger on the neighbour (read off the layout)."""
+    import numpy as np
+
+    from hardware.sim_tasks import get_task
+    from tests.hardware.expert_driver import blocked_mode
+
+    task = get_task(task_name)
+    return {s: "cw" if blocked_mode(task.layout(np.random.default_rng(s))) == "ccw" else "ccw" for s in seeds}
+
+
 def test_bench_extoken_quick(tmp_path):
     pytest.importorskip("lerobot")
     from tests.conftest import save_tiny_vla
@@ -22,7 +33,7 @@ def test_bench_extoken_quick(tmp_path):
     tokens = tmp_path / "tokens.json"  # token 1 was recorded in the ccw turn, token 2 in the cw turn
     tokens.write_text(json.dumps({"purity": {"field": "expert_mode", "table": {"1": {"ccw": 4, "cw": 1},
                                                                                "2": {"cw": 5}}}}))
-    r = subprocess.run([sys.executable, str(ROOT / "bench" / "extoken.py"), "--quick", "--checkpoint",
+    r = subprocess.run([sys.executable, "-m", "bench.extoken", "--quick", "--checkpoint",
                         str(tmp_path / "tok"), "--baseline-checkpoint", str(tmp_path / "notok"),
                         "--arms", "grpo", "extoken", "no-selector", "--jobs", "1", "--port0", str(port),
                         "--tokens", str(tokens), "--out", str(tmp_path / "res"), "--work", str(tmp_path / "work")],
@@ -44,7 +55,6 @@ def test_bench_extoken_quick(tmp_path):
                       .read_text())["agent"]["deploy"] == "random"
     assert sorted(runs["extoken"]["token_counts"]) == ["1", "2"]  # the group of 2 tried both tokens (stratified)
     # the final evaluation's deployed tokens against each scene's free turn (PRIVILEGED, from the layout)
-    from bench.token_scenes import free_turns
     for arm in ("extoken", "no-selector"):
         eps = runs[arm]["final_episodes"]
         assert [e["seed"] for e in eps] == [200000, 200001] and all(e["token"] in (1, 2) for e in eps)
@@ -58,12 +68,3 @@ def test_bench_extoken_quick(tmp_path):
     assert res["goals"]["pick_red_cube_crowded"]["quarter_budget"]["met"] is False  # one seed cannot meet it
     assert (tmp_path / "res" / "extoken.png").stat().st_size > 10_000
     assert str(tmp_path) not in (tmp_path / "res" / "extoken.json").read_text()  # no machine paths
-
-
-def test_extoken_full_is_extoken_at_grpos_budget():
-    """The optional ``extoken-full`` arm runs ExToken (the token VLA) for GRPO's full budget: its own budget curve."""
-    sys.path.insert(0, str(ROOT / "bench"))
-    import extoken
-
-    assert extoken.arm_updates("extoken-full", 8) == extoken.arm_updates("grpo", 8) == 8
-    assert extoken.arm_updates("extoken", 8) == 2 and "extoken-full" in extoken.TOKEN_ARMS

@@ -17,7 +17,7 @@ def test_bench_lfh_quick(tmp_path):
 
     port = free_port_block(20)
     save_tiny_vla(str(tmp_path / "ckpt"))
-    r = subprocess.run([sys.executable, str(ROOT / "bench" / "lfh.py"), "--quick", "--checkpoint",
+    r = subprocess.run([sys.executable, "-m", "bench.lfh", "--quick", "--checkpoint",
                         str(tmp_path / "ckpt"), "--task", "pick_blue_cube", "--arms", "grpo", "lfh", "--jobs", "1",
                         "--port0", str(port), "--out", str(tmp_path / "res"), "--work", str(tmp_path / "work")],
                        cwd=ROOT, capture_output=True, text=True, timeout=280)

@@ -9,7 +9,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def test_bench_record_quick(tmp_path):
-    r = subprocess.run([sys.executable, str(ROOT / "bench" / "record.py"), "--quick", "--out", str(tmp_path)],
+    r = subprocess.run([sys.executable, "-m", "bench.record", "--quick", "--out", str(tmp_path)],
                        cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stderr[-3000:]
     res = json.load(open(tmp_path / "record.json"))

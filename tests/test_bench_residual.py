@@ -15,7 +15,7 @@ def test_bench_residual_quick(tmp_path):
     from tests.conftest import save_tiny_vla
 
     save_tiny_vla(str(tmp_path / "ckpt"))
-    r = subprocess.run([sys.executable, str(ROOT / "bench" / "residual.py"), "--quick", "--checkpoint",
+    r = subprocess.run([sys.executable, "-m", "bench.residual", "--quick", "--checkpoint",
                         str(tmp_path / "ckpt"), "--task", "pick_red_cube", "--methods", "residual", "sac-raw",
                         "--jobs", "1", "--out", str(tmp_path / "res"), "--work", str(tmp_path / "work")],
                        cwd=ROOT, capture_output=True, text=True, timeout=280)

@@ -12,7 +12,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 def test_bench_rig_quick(tmp_path):
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    r = subprocess.run([sys.executable, str(ROOT / "bench" / "rig.py"), "--quick", "--out", str(tmp_path)], cwd=ROOT, capture_output=True, text=True, timeout=120, env=env)
+    r = subprocess.run([sys.executable, "-m", "bench.rig", "--quick", "--out", str(tmp_path)], cwd=ROOT, capture_output=True, text=True, timeout=120, env=env)
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-4000:]
     res = json.load(open(tmp_path / "rig.json"))
     assert res["mode"] == "quick" and res["processes"] == ["host", "camera", "mcu", "agent"]

@@ -11,7 +11,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 def test_bench_sac_quick(tmp_path):
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    r = subprocess.run([sys.executable, str(ROOT / "bench" / "sac.py"), "--quick", "--out", str(tmp_path)],
+    r = subprocess.run([sys.executable, "-m", "bench.sac", "--quick", "--out", str(tmp_path)],
                        cwd=ROOT, capture_output=True, text=True, timeout=120, env=env)
     assert r.returncode == 0, r.stderr[-3000:]
     res = json.load(open(tmp_path / "sac.json"))

@@ -15,7 +15,7 @@ def test_bench_sarl_quick(tmp_path):
     from tests.conftest import save_tiny_vla
 
     save_tiny_vla(str(tmp_path / "ckpt"))
-    r = subprocess.run([sys.executable, str(ROOT / "bench" / "sarl.py"), "--quick", "--checkpoint",
+    r = subprocess.run([sys.executable, "-m", "bench.sarl", "--quick", "--checkpoint",
                         str(tmp_path / "ckpt"), "--task", "place_cube_in_bowl", "--terminator", "subgoal",
                         "--arms", "subskills", "sarl", "--port0", "6740", "--out", str(tmp_path / "res"), "--work", str(tmp_path / "work")],
                        cwd=ROOT, capture_output=True, text=True, timeout=280)

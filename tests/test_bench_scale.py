@@ -19,7 +19,7 @@ def test_bench_scale_quick(tmp_path):
     from tests.conftest import save_tiny_vla
 
     save_tiny_vla(str(tmp_path / "ckpt"))
-    r = subprocess.run([sys.executable, str(ROOT / "bench" / "scale.py"), "--quick", "--checkpoint",
+    r = subprocess.run([sys.executable, "-m", "bench.scale", "--quick", "--checkpoint",
                         str(tmp_path / "ckpt"), "--out", str(tmp_path / "res"), "--work", str(tmp_path / "work")],
                        cwd=ROOT, capture_output=True, text=True, timeout=420)
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]

@@ -18,7 +18,7 @@ ROOT = pathlib.Path(__file__).resolve().parents[1]
 
 
 def test_bench_serve_quick(tmp_path):
-    proc = subprocess.run([sys.executable, str(ROOT / "bench" / "serve.py"), "--quick", "--out", str(tmp_path)],
+    proc = subprocess.run([sys.executable, "-m", "bench.serve", "--quick", "--out", str(tmp_path)],
                           cwd=ROOT, capture_output=True, text=True, timeout=900)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     assert "boundary_jump_vs_none:" in proc.stdout and "synthetic_boundary_jump_vs_none:" in proc.stdout

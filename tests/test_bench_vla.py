@@ -12,7 +12,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 def test_bench_vla_quick(tmp_path):
     pytest.importorskip("efficientnet_lite_pytorch")
-    r = subprocess.run([sys.executable, str(ROOT / "bench" / "vla.py"), "--quick", "--out", str(tmp_path)],
+    r = subprocess.run([sys.executable, "-m", "bench.vla", "--quick", "--out", str(tmp_path)],
                        cwd=ROOT, capture_output=True, text=True, timeout=280)
     assert r.returncode == 0, r.stderr[-3000:]
     res = json.loads((tmp_path / "vla.json").read_text())

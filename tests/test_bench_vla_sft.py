@@ -12,7 +12,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 def test_bench_vla_sft_quick(tmp_path):
     pytest.importorskip("efficientnet_lite_pytorch")
-    cmd = [sys.executable, str(ROOT / "bench" / "vla_sft.py"), "--quick", "--out", str(tmp_path / "out"),
+    cmd = [sys.executable, "-m", "bench.vla_sft", "--quick", "--out", str(tmp_path / "out"),
            "--data-dir", str(tmp_path / "data"), "--runs-dir", str(tmp_path / "runs"), "--port", "6680"]
     r = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=400)
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-3000:]
@@ -37,7 +37,7 @@ def test_bench_vla_sft_quick_dagger_row(tmp_path):
     """The DAgger row: the first model drives, the expert labels, the fine-tuned model is evaluated."""
     pytest.importorskip("efficientnet_lite_pytorch")
     row_name = "crop_fine3_noshift_dagger1_exec4"
-    cmd = [sys.executable, str(ROOT / "bench" / "vla_sft.py"), "--quick", "--row", row_name, "--out",
+    cmd = [sys.executable, "-m", "bench.vla_sft", "--quick", "--row", row_name, "--out",
            str(tmp_path / "out"), "--data-dir", str(tmp_path / "data"), "--runs-dir", str(tmp_path / "runs"),
            "--port", "6690"]
     r = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=500)

@@ -173,7 +173,7 @@ def test_bench_sft_peers_quick(tmp_path):
     """Records 2 demos, trains ACT and DP with lerobot-train for a 1-minute budget each, evaluates
     the routers with vla eval (2 episodes) and writes the report (several minutes on 2 CPUs)."""
     pytest.importorskip("diffusers")
-    cmd = [sys.executable, str(ROOT / "bench" / "sft_peers.py"), "--quick", "--out", str(tmp_path / "out"),
+    cmd = [sys.executable, "-m", "bench.sft_peers", "--quick", "--out", str(tmp_path / "out"),
            "--data-dir", str(tmp_path / "data"), "--runs-dir", str(tmp_path / "runs"), "--port", "6780"]
     r = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=1100)
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-3000:]
@@ -195,29 +195,3 @@ def test_bench_sft_peers_quick(tmp_path):
     # a second run reads the finished peers back instead of re-running them
     r2 = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert r2.returncode == 0 and r2.stdout.count("reusing") == 2, r2.stdout[-2000:] + r2.stderr[-2000:]
-
-
-def test_compare_reads_a_vla_eval_report_or_a_bench_row(tmp_path):
-    sys.path.insert(0, str(ROOT / "bench"))
-    import sft_peers
-
-    peers = [{"peer": "act", "tasks": {"pick_red_cube": {"rate": 0.25}, "pick_blue_cube": {"rate": 0.5}}}]
-    ev = tmp_path / "runs" / "my_vla" / "evalte"
-    ev.mkdir(parents=True)
-    (ev / "eval.json").write_text(json.dumps({"exec_steps": 1, "temporal_ensemble": 0.01, "seed_start": 100000, "tasks": {
-        "pick_red_cube": {"episodes": 20, "successes": 16, "ci95": [0.58, 0.92]},
-        "pick_blue_cube": {"episodes": 20, "successes": 10, "ci95": [0.3, 0.7]}}}))
-    ref = sft_peers.compare(peers, tmp_path / "absent.json", str(ev))  # the directory or the file
-    assert ref["row"] == "runs/my_vla" and ref["tasks"]["pick_red_cube"]["rate"] == 0.8
-    assert ref["peer_minus_vla"] == {"act": {"pick_red_cube": -0.55, "pick_blue_cube": 0.0}}
-    assert ref["eval"]["temporal_ensemble"] == 0.01
-    assert sft_peers.compare(peers, tmp_path / "absent.json", str(ev / "eval.json"))["tasks"] == ref["tasks"]
-    bench = tmp_path / "vla_sft.json"
-    bench.write_text(json.dumps({"rows": [{"row": "r1", "wall_s": {"train": 600.0}, "tasks": {
-        "pick_red_cube": {"rate": 0.5, "successes": 10, "episodes": 20, "ci95": [0.3, 0.7]}}}]}))
-    r = sft_peers.compare(peers, bench, "r1")
-    assert r["train_wall_s"] == 600.0 and r["peer_minus_vla"] == {"act": {"pick_red_cube": -0.25}}
-    with pytest.raises(ValueError, match="has rows"):
-        sft_peers.compare(peers, bench, "r2")
-    with pytest.raises(ValueError, match="no vla eval report"):
-        sft_peers.compare(peers, bench, str(tmp_path / "nowhere" / "eval.json"))

@@ -9,7 +9,7 @@ os.environ.setdefault("MUJOCO_GL", "egl")
 import numpy as np  # noqa: E402
 import pytest  # noqa: E402
 
-from bench.expert_modes import blocked_mode, run_episode  # noqa: E402
+from tests.hardware.expert_driver import blocked_mode, run_mode_episode as run_episode  # noqa: E402
 from hardware import sim_tasks  # noqa: E402
 from hardware.sim_tasks import (CLEARANCE, CUBE_HALF, FOOTPRINT, HOME_FINGER_ANGLE, NEIGHBOUR_GAP, OBJECT_NAMES,  # noqa: E402
                                 TASKS, achieved_tasks, base_tasks, cube_yaw, objects_from_state)
@@ -168,7 +168,7 @@ def test_in_a_crowded_scene_the_blocked_mode_lands_on_the_neighbour(sim):
     """Seed 0 (1 cm gap, the neighbour on the cw side): the free mode (ccw) grasps clear of the blue cube; the
     blocked mode (cw) comes down on it. The blocked mode still lifts the red cube in this simulator -- the finger
     presses the 50 g neighbour into the table, tips it over and slides in -- which is why the crowded task's success
-    needs the neighbour standing (bench/expert_modes.py)."""
+    needs the neighbour standing (bench/archive/expert_modes.py)."""
     p = TASKS["pick_red_cube_crowded"].layout(np.random.default_rng(0))
     assert blocked_mode(p) == "cw"
     free = run_episode(sim, "pick_red_cube_crowded", "ccw", 0)

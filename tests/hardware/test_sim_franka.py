@@ -204,8 +204,8 @@ def test_realtime_thread_keeps_pace_with_the_wall_clock():
 
 def _slide_after_hold(sim, seed, ticks=60):
     """How far (m) the red cube of pick_red_cube, picked and lifted by the scripted expert, slid down the shut
-    fingers while the arm held still for ``ticks`` ticks (bench/sim_grip.py's two stages)."""
-    from bench.sim_grip import grasp_and_lift, hold
+    fingers while the arm held still for ``ticks`` ticks (bench/archive/sim_grip.py's two stages)."""
+    from tests.hardware.expert_driver import grasp_and_lift, hold
 
     assert grasp_and_lift(sim, seed), f"the expert did not lift the red cube in scene {seed}"
     return hold(sim, 0.0, ticks)[0][-1]
@@ -214,7 +214,7 @@ def _slide_after_hold(sim, seed, ticks=60):
 def test_the_shut_gripper_holds_a_lifted_cube_where_mujocos_default_contacts_let_it_creep():
     """Elliptic friction cones with impratio 10 (the default): a cube held still for 6 s stays put in the fingers
     (under 2 mm). MuJoCo's defaults (pyramidal, impratio 1) let the same grasp creep several mm, as a real Franka
-    Hand does not (bench/results/sim_grip.json)."""
+    Hand does not (bench/archive/results/sim_grip.json)."""
     firm = SimFranka(realtime=False)
     firm.connect()
     soft = SimFranka(realtime=False, cone="pyramidal", impratio=1.0)

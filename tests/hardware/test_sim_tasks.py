@@ -9,7 +9,7 @@ os.environ.setdefault("MUJOCO_GL", "egl")
 import numpy as np  # noqa: E402
 import pytest  # noqa: E402
 
-from bench.experts import apply_ee_delta, privileged_from_state, run_episode  # noqa: E402
+from tests.hardware.expert_driver import apply_ee_delta, privileged_from_state, run_episode  # noqa: E402
 from hardware import sim_franka, sim_tasks  # noqa: E402
 from hardware.base import DeviceError  # noqa: E402
 from hardware.sim_tasks import (CUBE_HALF, FOOTPRINT, OBJECT_NAMES, TASKS, SubgoalTracker, achieved_skills, achieved_tasks,  # noqa: E402
