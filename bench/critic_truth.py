@@ -20,7 +20,10 @@ One bench for every critic-based method (DSRL-NA's Q^A and Q^W, the residual age
      and the macro-steps to the episode's end.
 2. ``score``: each ``--run NAME=RUN_DIR`` (a `vla rl` session of method dsrl variant na or residual, encoder vla,
    the same exec_steps; ``--snapshot-every`` keeps its agent as it learns) is loaded at every snapshot and its
-   final checkpoint; its critic is evaluated at the same states and candidates.
+   final checkpoint; its critic is evaluated at the same states and candidates. ``--fit NAME=RUN_DIR`` is the
+   separating probe: a fresh critic of the run's widths fitted to the run's replay by regression on Monte-Carlo
+   returns (no bootstrapping), scored the same way. The session's TD critic ranking worse than this fit points
+   at the target; neither ranking points at the features or the data.
 
 Figures, per checkpoint:
 * ``median_spearman``: the median over decision states whose true success spread across candidates
@@ -207,6 +210,8 @@ def _worker(job: dict) -> list[dict]:
                         continue
                     if job["labels"]:  # only the events asked for (--labels)
                         steps = {j: ls for j, ls in steps.items() if any(x in job["labels"] for x in ls)}
+                    if job["states"]:  # only the states asked for (--states SCENE:STEP)
+                        steps = {j: ls for j, ls in steps.items() if (scene, j) in job["states"]}
                     tqdm.write(f"[{job['worker']}] scene {scene}: base {'success' if base_success else 'failure'} in "
                                f"{len(prefix)} macro-steps; decision states {steps}")
                     for j, labels in steps.items():
@@ -229,12 +234,13 @@ def _worker(job: dict) -> list[dict]:
                         kinds = ["noise"] * len(ws) + ["residual"] * len(deltas)
                         success = np.zeros((len(cands), job["continuations"]), bool)
                         left = np.zeros_like(success, dtype=np.int32)
+                        m0 = job["continuation_offset"]
                         err = 0.0
                         for c, cand in enumerate(tqdm(cands, desc=f"[{job['worker']}] {scene}/{j}", leave=False)):
-                            for m in range(job["continuations"]):
+                            for m in range(m0, m0 + job["continuations"]):
                                 def stream(k, m=m):  # shared by the candidates of this state (common random numbers)
                                     return episode_noise(vla.noise_shape, scene * 7919 + j * 131 + m, k)
-                                success[c, m], left[c, m], e = play(scene, prefix[:j], cand, stream)
+                                success[c, m - m0], left[c, m - m0], e = play(scene, prefix[:j], cand, stream)
                                 err = max(err, e)
                         rows.append(row := {"scene": int(scene), "step": int(j), "tick": int(sum(len(c) for c in prefix[:j])),
                                      "labels": labels, "base_success": base_success, "replay_state_error": err,
@@ -261,12 +267,15 @@ def build_truth(args, parts_dir: pathlib.Path) -> dict:
     for old in parts_dir.glob("worker*.jsonl"):
         old.unlink()
     scenes = [args.seed_start + i for i in range(args.scenes)]
+    if args.states:
+        scenes = sorted({sc for sc, _ in args.states})
     deadline = time.monotonic() + args.budget_s
     jobs = [{"worker": w, "scenes": scenes[w:: args.jobs], "checkpoint": args.checkpoint, "task": args.task,
              "robot": args.robot, "exec_steps": args.exec_steps, "noises": args.noises, "residuals": args.residuals,
              "noise_bound": args.noise_bound, "residual_bound": args.residual_bound,
              "continuations": args.continuations, "random_states": args.random_states, "deadline": deadline,
              "max_ticks": args.max_ticks, "labels": args.labels, "base_success_only": args.base_success_only,
+             "states": args.states, "continuation_offset": args.continuation_offset,
              "part": str(parts_dir / f"worker{w}.jsonl")}
             for w in range(args.jobs)]
     t0 = time.perf_counter()
@@ -292,7 +301,8 @@ def build_truth(args, parts_dir: pathlib.Path) -> dict:
     return {"checkpoint": portable(args.checkpoint), "task": args.task, "exec_steps": args.exec_steps,
             "config": {k: getattr(args, k) for k in ("scenes", "seed_start", "noises", "residuals", "noise_bound",
                                                      "residual_bound", "continuations", "random_states", "robot",
-                                                     "max_ticks", "labels", "base_success_only")},
+                                                     "max_ticks", "labels", "base_success_only",
+                                                     "states", "continuation_offset")},
             "states": states, "wall_s": time.perf_counter() - t0, "worker_errors": errors}
 
 
@@ -304,12 +314,29 @@ def merge_truths(paths: list[pathlib.Path]) -> dict:
         for k in ("checkpoint", "task", "exec_steps"):
             if t[k] != first[k]:
                 raise SystemExit(f"--truth {p}: {k} {t[k]!r}, the first file's is {first[k]!r}")
-    seen, states = set(), []
-    for t in parts:
+    by_key: dict = {}
+    streams: dict = {}  # (scene, step) -> the continuation streams measured so far
+    for p, t in zip(paths, parts):
+        m0 = t["config"].get("continuation_offset") or 0
         for st in t["states"]:
-            if (st["scene"], st["step"]) not in seen:
-                seen.add((st["scene"], st["step"]))
-                states.append(st)
+            key = (st["scene"], st["step"])
+            mine = set(range(m0, m0 + np.asarray(st["success"]).shape[1]))
+            if key not in by_key:
+                by_key[key], streams[key] = dict(st), mine
+                continue
+            if streams[key] & mine:
+                raise SystemExit(f"--truth {p}: scene {key[0]} step {key[1]} again with continuation streams an "
+                                 "earlier file measured (pool files made with different --continuation-offset)")
+            streams[key] |= mine
+            have = by_key[key]  # the same state measured again (--states ... --continuation-offset): pool the rollouts
+            if np.asarray(have["chunks"]).shape != np.asarray(st["chunks"]).shape or not np.allclose(
+                    have["chunks"], st["chunks"], atol=1e-4):
+                raise SystemExit(f"--truth {p}: scene {key[0]} step {key[1]} has other candidates than an earlier "
+                                 "file's: not the same state")
+            have["success"] = np.concatenate([have["success"], st["success"]], axis=1).tolist()
+            have["steps_left"] = np.concatenate([have["steps_left"], st["steps_left"]], axis=1).tolist()
+            have["replay_state_error"] = max(have["replay_state_error"], st["replay_state_error"])
+    states = list(by_key.values())
     return {**first, "states": sorted(states, key=lambda r: (r["scene"], r["step"])),
             "wall_s": sum(t["wall_s"] for t in parts)}
 
@@ -406,6 +433,30 @@ def critic_values(agent, method: str, state: dict):
         return agent.critic(s, chunks.reshape(K, -1)).mean(0).numpy(), None
 
 
+def score_states(values, truth: dict, effects: list, u: dict, E: int) -> list[dict]:
+    """One critic (``values(state) -> (Q over the candidates, Q^W over the noise candidates or None)``) against
+    the truth at every state: Spearman with the true success rate, calibration against the Monte-Carlo return in
+    the target's units ``u``."""
+    per_state = []
+    for st, (between_sd, perm_p) in zip(truth["states"], effects):
+        succ, left = np.asarray(st["success"], float), np.asarray(st["steps_left"])
+        p = succ.mean(1)
+        G = mc_return(succ, left, u, E).mean(1)
+        q, qw = values(st)
+        nk = st["kinds"].count("noise")
+        half = succ.shape[1] // 2
+        per_state.append({
+            "scene": st["scene"], "step": st["step"], "labels": st["labels"], "spread": float(np.ptp(p)),
+            "between_sd": between_sd, "perm_p": perm_p,
+            "spearman": spearman(q, p), "spearman_qw": None if qw is None else spearman(qw, p[:nk]),
+            "split_half": spearman(succ[:, :half].mean(1), succ[:, half:].mean(1)) if half else None,
+            "calibration_error": float(np.mean(np.abs(q - G))),
+            "calibration_error_rel": float(np.mean(np.abs(q - G)) / return_range(st["max_macro_steps"], u, E)),
+            "q_mean": float(q.mean()), "q_spread": float(np.ptp(q)), "truth_mean": float(G.mean()),
+            "q": np.round(q, 5).tolist(), "p": np.round(p, 4).tolist()})
+    return per_state
+
+
 def score_run(name: str, run: str, truth: dict, min_spread: float) -> dict:
     import torch
 
@@ -439,27 +490,183 @@ def score_run(name: str, run: str, truth: dict, min_spread: float) -> dict:
     points = []
     for ticks, path in checkpoints(run):
         agent.load_state_dict(torch.load(path, weights_only=False))
-        per_state = []
-        for st, (between_sd, perm_p) in zip(truth["states"], effects):
-            succ, left = np.asarray(st["success"], float), np.asarray(st["steps_left"])
-            p = succ.mean(1)
-            G = mc_return(succ, left, u, E).mean(1)
-            q, qw = critic_values(agent, method, st)
-            nk = st["kinds"].count("noise")
-            half = succ.shape[1] // 2
-            per_state.append({
-                "scene": st["scene"], "step": st["step"], "labels": st["labels"], "spread": float(np.ptp(p)),
-                "between_sd": between_sd, "perm_p": perm_p,
-                "spearman": spearman(q, p), "spearman_qw": None if qw is None else spearman(qw, p[:nk]),
-                "split_half": spearman(succ[:, :half].mean(1), succ[:, half:].mean(1)) if half else None,
-                "calibration_error": float(np.mean(np.abs(q - G))),
-                "calibration_error_rel": float(np.mean(np.abs(q - G)) / return_range(st["max_macro_steps"], u, E)),
-                "q_mean": float(q.mean()), "truth_mean": float(G.mean())})
+        per_state = score_states(lambda st: critic_values(agent, method, st), truth, effects, u, E)
         points.append({"ticks": ticks, **aggregate(per_state, min_spread), "states": per_state})
         print(f"  {name} ({label}) at {ticks} ticks: median Spearman {fmt(points[-1]['median_spearman'])} at "
               f"{points[-1]['decision_states_used']} decision states, calibration error "
               f"{fmt(points[-1]['calibration_error'])} ({fmt(points[-1]['calibration_error_rel'])} of the range)")
     return {"name": name, "run": portable(run), "method": label, "target": u, "checkpoints": points}
+
+
+def load_replay(run: str) -> dict:
+    """A session's online replay (``RUN/checkpoint/online.npz``, in insertion order) with each transition's
+    episode, outcome and macro-steps to the episode's end (from ``RUN/episodes.jsonl``); an episode the session
+    stopped in the middle of is dropped."""
+    path = os.path.join(run, "checkpoint", "online.npz")
+    if not os.path.isfile(path):
+        raise SystemExit(f"--fit {run}: no replay at {path}")
+    d = np.load(path)
+    n = len(d["reward"])
+    eps = [json.loads(x) for x in open(os.path.join(run, "episodes.jsonl")) if x.strip()]
+    ends = [e["step"] for e in eps]
+    if not ends or ends[-1] > n:
+        raise SystemExit(f"--fit {run}: the replay holds {n} transitions, episodes.jsonl ends at step "
+                         f"{ends[-1] if ends else 0}: a wrapped buffer is not supported")
+    m = ends[-1]
+    episode, success, to_go = np.zeros(m, np.int64), np.zeros(m, bool), np.zeros(m, np.int64)
+    start = 0
+    for i, (e, end) in enumerate(zip(eps, ends)):
+        episode[start:end], success[start:end] = i, e["success"]
+        to_go[start:end] = np.arange(end - start, 0, -1)
+        start = end
+    return {"feat": d["obs/feat"][:m].astype(np.float32),
+            "chunk": d["extras/chunk"][:m].reshape(m, -1).astype(np.float32),
+            "episode": episode, "success": success, "to_go": to_go, "episodes": len(eps)}
+
+
+FIT_TARGETS = {
+    # name: the value target of an offline fit (target_units' keys); "mc" regresses on the Monte-Carlo return
+    "mc": {"gamma": 0.99, "gamma_per_tick": 0.995, "reward_offset": 0.0, "time_limit": "terminal",
+           "target_ensemble": None, "n_step": None},
+    "legacy": {"gamma": 0.99, "gamma_per_tick": None, "reward_offset": 0.0, "time_limit": "bootstrap",
+               "target_ensemble": "min_subset", "n_step": 1},  # the pre-issue-61 target
+    "terminal": {"gamma": 0.99, "gamma_per_tick": None, "reward_offset": 0.0, "time_limit": "terminal",
+                 "target_ensemble": "min_subset", "n_step": 1},  # the time limit alone
+    "offset": {"gamma": 0.99, "gamma_per_tick": None, "reward_offset": 1.0, "time_limit": "terminal",
+               "target_ensemble": "min_subset", "n_step": 1},  # DSRL's Robomimic reward r - 1, ended at the limit
+    "mean": {"gamma": 0.99, "gamma_per_tick": None, "reward_offset": 0.0, "time_limit": "bootstrap",
+             "target_ensemble": "mean", "n_step": 1},  # the ensemble reduction alone
+    "chosen": {"gamma": 0.99, "gamma_per_tick": 0.995, "reward_offset": 0.0, "time_limit": "terminal",
+               "target_ensemble": "mean", "n_step": 3},  # the issue-61 default
+}
+
+
+def fit_probe(name: str, run: str, truth: dict, min_spread: float, steps: int, targets: list[str],
+              seed: int = 0) -> list[dict]:
+    """The separating probe: fresh critic ensembles of the run's widths, on the VLA's features and the executed
+    chunk (no encoder), fitted offline to the run's replay (80% of its episodes), one per value target of
+    ``targets`` (``FIT_TARGETS``): ``mc`` regresses on each transition's Monte-Carlo return (no bootstrapping, no
+    time-limit question); the others are TD fits evaluating the behaviour (SARSA: the next logged chunk as the
+    bootstrap action; Polyak 0.005 target critics, the session's optimiser). Every fit sees the same data, seed
+    and steps, so they differ only by their target; each is scored at the truth's states like a checkpoint. If
+    ``mc`` ranks the candidates where the TD fits do not, the target limits the critic; if ``mc`` does not
+    either, the features and this data do not hold the ranking."""
+    import torch
+    from tqdm import tqdm
+
+    from policies.common.replay import ReplayBuffer
+    from policies.common.sac import EnsembleCritic
+    from session.config import RLConfig
+
+    torch.set_num_threads(1)  # the fit is small; more threads only fight the machine's other jobs
+    cfg = RLConfig.from_json(os.path.join(run, "rl_config.json"))
+    if cfg.task != truth["task"]:
+        raise SystemExit(f"--fit {name}={run}: task {cfg.task!r}, the truth's is {truth['task']!r}")
+    E = truth["exec_steps"]
+    sac = cfg.agent.sac if cfg.method == "dsrl" else cfg.agent
+    data = load_replay(run)
+    want = np.asarray(truth["states"][0]["chunks"][0]).size
+    if data["chunk"].shape[1] != want:
+        raise SystemExit(f"--fit {name}={run}: the replay's chunks hold {data['chunk'].shape[1]} values, the truth's "
+                         f"candidates {want} ({E} rows): another exec_steps?")
+    buf = ReplayBuffer.load(os.path.join(run, "checkpoint", "online.npz"))
+    if buf.ptr != buf.size % buf.capacity:
+        raise SystemExit(f"--fit {name}={run}: the replay wrapped (not in insertion order)")
+    rng0 = np.random.default_rng(seed)
+    held = rng0.permutation(data["episodes"])[: max(1, data["episodes"] // 5)]
+    test = np.isin(data["episode"], held)
+    train_idx = np.flatnonzero(~test)
+    feat, chunk = torch.from_numpy(data["feat"]), torch.from_numpy(data["chunk"])
+    next_feat = torch.from_numpy(buf.next_obs["feat"][: len(feat)].astype(np.float32))
+    effects = [candidate_effect(np.asarray(st["success"], float)) for st in truth["states"]]
+    ticks = int(json.loads((pathlib.Path(run) / "checkpoint" / "state.json").read_text())["ticks"])
+    label = ("dsrl-na" if cfg.method == "dsrl" else "residual") + " offline fit"
+    out = []
+    for tname in targets:
+        u = FIT_TARGETS[tname]
+        rng = np.random.default_rng(seed)
+        torch.manual_seed(seed)
+        gen = torch.Generator().manual_seed(seed)
+        critic = EnsembleCritic(feat.shape[1], chunk.shape[1], sac.num_critics, tuple(sac.hidden))
+        target = EnsembleCritic(feat.shape[1], chunk.shape[1], sac.num_critics, tuple(sac.hidden))
+        target.load_state_dict(critic.state_dict())
+        target.requires_grad_(False)
+        opt = torch.optim.Adam(critic.parameters(), lr=3e-4)
+        y_mc = torch.from_numpy(mc_return(data["success"].astype(float), data["to_go"], u, E).astype(np.float32))
+        if u["n_step"] is not None:
+            per_tick = u["gamma_per_tick"] is not None
+            g = u["gamma_per_tick"] if per_tick else u["gamma"]
+            ends = buf._ends(u["time_limit"])
+        t0 = time.perf_counter()
+        for _ in tqdm(range(steps), desc=f"fit {name} {tname}", leave=False):
+            idx = rng.choice(train_idx, 256)
+            i = torch.from_numpy(idx)
+            with torch.no_grad():
+                if u["n_step"] is None:
+                    y = y_mc[i]
+                else:
+                    ret, last, disc = buf.n_step_returns(idx, u["n_step"], g, per_tick=per_tick,
+                                                         reward_offset=u["reward_offset"], time_limit=u["time_limit"])
+                    nxt = np.where(buf.continues(last), last + 1, last)  # the next logged chunk (SARSA)
+                    q2 = ensemble_value(target, next_feat[last], chunk[nxt], u["target_ensemble"],
+                                        sac.critic_subset, gen)
+                    done = torch.from_numpy(ends[last].astype(np.float32))
+                    y = torch.from_numpy(ret) + torch.from_numpy(disc) * (1 - done) * q2
+            loss = ((critic(feat[i], chunk[i]) - y[None]) ** 2).mean(1).sum()
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
+            opt.step()
+            with torch.no_grad():
+                torch._foreach_lerp_(list(target.parameters()), list(critic.parameters()), 0.005)
+        with torch.no_grad():
+            q_all = critic(feat, chunk).mean(0).numpy()
+        y_np = y_mc.numpy()
+        fit = {"target": tname, "steps": steps, "wall_s": round(time.perf_counter() - t0, 1),
+               "transitions": int(len(feat)), "episodes": data["episodes"], "held_out_episodes": int(len(held)),
+               "success_rate": float(np.mean([data["success"][data["episode"] == e][0]
+                                              for e in range(data["episodes"])])),
+               "held_out_mae_mc": float(np.mean(np.abs(q_all[test] - y_np[test]))),
+               "held_out_mae_constant": float(np.mean(np.abs(y_np[~test].mean() - y_np[test]))),
+               "held_out_auc_success": auc(q_all[test], data["success"][test])}
+
+        def values(st, critic=critic):
+            f = torch.tensor(st["feat"], dtype=torch.float32)[None]
+            c = torch.tensor(st["chunks"], dtype=torch.float32)
+            with torch.no_grad():
+                return critic(f.expand(len(c), -1), c.reshape(len(c), -1)).mean(0).numpy(), None
+
+        per_state = score_states(values, truth, effects, u, E)
+        point = {"ticks": ticks, **aggregate(per_state, min_spread), "fit": fit, "states": per_state}
+        print(f"  {name} offline fit '{tname}' ({fit['transitions']} transitions, {fit['wall_s']:.0f} s): median "
+              f"Spearman {fmt(point['median_spearman'])} at {point['decision_states_used']} decision states, where "
+              f"it matters {fmt(point['median_spearman_where_it_matters'])}; held-out |Q - MC| "
+              f"{fit['held_out_mae_mc']:.3f} "
+              f"(a constant: {fit['held_out_mae_constant']:.3f}), AUC for success {fmt(fit['held_out_auc_success'])}",
+              flush=True)
+        out.append({"name": f"{name}:{tname}", "run": portable(run), "method": label, "target": u,
+                    "checkpoints": [point]})
+    return out
+
+
+def ensemble_value(critic, s, a, mode: str, subset: int, gen) -> "torch.Tensor":
+    """The target ensemble's value reduced as ``policies.common.sac.ensemble_target`` does."""
+    import torch
+
+    if mode == "min_subset":
+        members = torch.randperm(critic.num_critics, generator=gen)[:subset]
+        return critic(s, a, members=members).min(dim=0).values
+    q = critic(s, a)
+    return q.mean(0) if mode == "mean" else q.mean(0) - q.std(0)
+
+
+def auc(score: np.ndarray, label: np.ndarray) -> float | None:
+    """ROC AUC of ``score`` for the boolean ``label`` (Mann-Whitney, ties at half); None with one class only."""
+    from scipy.stats import rankdata
+
+    pos, neg = int(label.sum()), int(len(label) - label.sum())
+    if pos == 0 or neg == 0:
+        return None
+    return float((rankdata(score)[label].sum() - pos * (pos + 1) / 2) / (pos * neg))
 
 
 def aggregate(per_state: list[dict], min_spread: float) -> dict:
@@ -477,7 +684,31 @@ def aggregate(per_state: list[dict], min_spread: float) -> dict:
             "spearman_random": med(rand, "spearman"), "split_half_spearman": med(decisive, "split_half"),
             "decision_states_used": len(decisive), "random_states_used": len(rand),
             "calibration_error": float(np.mean([r["calibration_error"] for r in per_state])),
-            "calibration_error_rel": float(np.mean([r["calibration_error_rel"] for r in per_state]))}
+            "calibration_error_rel": float(np.mean([r["calibration_error_rel"] for r in per_state])),
+            **null_median(decisive, "median_spearman"), **null_median(matters, "median_spearman_where_it_matters")}
+
+
+def null_median(rows: list[dict], key: str, draws: int = 2000, seed: int = 0) -> dict:
+    """What a critic that ranks at random scores: the 2.5 / 97.5 percentiles of the median Spearman over ``rows``
+    when each state's critic values are shuffled (the truth's own ties kept), and the one-sided p of the observed
+    median (a critic that ranks better than chance). Empty when the rows do not hold their values."""
+    rows = [r for r in rows if r.get("q") is not None and r["spearman"] is not None]
+    if not rows:
+        return {}
+    from scipy.stats import rankdata
+
+    rng = np.random.default_rng(seed)
+    sims = np.empty((draws, len(rows)))
+    for j, r in enumerate(rows):
+        p = rankdata(r["p"])
+        q = rankdata(r["q"])
+        perm = rng.permuted(np.tile(q, (draws, 1)), axis=1)
+        pc, qc = p - p.mean(), perm - perm.mean(1, keepdims=True)
+        sims[:, j] = (qc @ pc) / np.sqrt((qc ** 2).sum(1) * (pc ** 2).sum() + 1e-12)
+    med = np.median(sims, axis=1)
+    obs = float(np.median([r["spearman"] for r in rows]))
+    return {f"{key}_null95": [float(np.percentile(med, 2.5)), float(np.percentile(med, 97.5))],
+            f"{key}_p_better_than_chance": float((1 + (med >= obs).sum()) / (1 + draws))}
 
 
 def fmt(v) -> str:
@@ -547,6 +778,13 @@ def provenance(argv: list[str], quick: bool) -> dict:
             "machine": f"{platform.machine()}, {os.cpu_count()} cores", "quick": quick}
 
 
+def scene_step(text: str) -> tuple[int, int]:
+    scene, sep, step = text.partition(":")
+    if not sep or not scene.isdigit() or not step.isdigit():
+        raise argparse.ArgumentTypeError(f"want SCENE:STEP (two integers), got {text!r}")
+    return int(scene), int(step)
+
+
 def main(argv=None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     ap = argparse.ArgumentParser(prog="python -m bench.critic_truth", description=__doc__,
@@ -560,6 +798,14 @@ def main(argv=None) -> int:
                          "subgoal:NAME); default all")
     ap.add_argument("--run", action="append", default=[], metavar="NAME=RUN_DIR",
                     help="a `vla rl` session to score, named by its setting (repeat)")
+    ap.add_argument("--fit", action="append", default=[], metavar="NAME=RUN_DIR",
+                    help="the separating probe: a fresh critic fitted to RUN_DIR's replay by Monte-Carlo regression "
+                         "in the run's target units, scored like a checkpoint (repeat)")
+    ap.add_argument("--fit-steps", type=int, default=4000, help="gradient steps of each --fit")
+    ap.add_argument("--fit-targets", nargs="+", default=["mc", "legacy", "chosen"], choices=list(FIT_TARGETS),
+                    help="the value targets each --fit run is fitted with (FIT_TARGETS: mc = Monte-Carlo regression; "
+                         "legacy = the pre-issue-61 target; terminal, offset, mean = one change each; chosen = today's "
+                         "default)")
     ap.add_argument("--scenes", type=int, default=6, help="evaluation scenes whose base rollouts give the states")
     ap.add_argument("--seed-start", type=int, default=200_000)
     ap.add_argument("--exec-steps", type=int, default=4, help="rows of each candidate (the sessions' exec_steps)")
@@ -568,6 +814,11 @@ def main(argv=None) -> int:
     ap.add_argument("--noise-bound", type=float, default=1.5)
     ap.add_argument("--residual-bound", type=float, default=0.1)
     ap.add_argument("--continuations", type=int, default=6, help="rollouts per candidate")
+    ap.add_argument("--states", nargs="+", default=None, metavar="SCENE:STEP", type=scene_step,
+                    help="only these decision states (scene seed : macro-step, as a truth file names them), e.g. more "
+                         "continuations where the candidate matters; --truth pools files that measured the same state")
+    ap.add_argument("--continuation-offset", type=int, default=0,
+                    help="first continuation's noise stream: a second file for the same states takes new streams")
     ap.add_argument("--random-states", type=int, default=1, help="random (non-decision) states per scene")
     ap.add_argument("--base-success-only", action="store_true",
                     help="take states only from scenes the base solved with its own noise (where the decisions are "
@@ -588,14 +839,15 @@ def main(argv=None) -> int:
     for k in ("scenes", "continuations", "jobs", "exec_steps"):
         if getattr(args, k) < 1:
             ap.error(f"--{k.replace('_', '-')} must be >= 1")
-    runs = []
-    for spec in args.run:
-        name, sep, path = spec.partition("=")
-        if not sep or not name or not path:
-            ap.error(f"--run wants NAME=RUN_DIR, got {spec!r}")
-        if not os.path.isdir(path):
-            ap.error(f"--run {spec}: no such directory")
-        runs.append((name, path))
+    runs, fits = [], []
+    for flag, specs, into in (("--run", args.run, runs), ("--fit", args.fit, fits)):
+        for spec in specs:
+            name, sep, path = spec.partition("=")
+            if not sep or not name or not path:
+                ap.error(f"{flag} wants NAME=RUN_DIR, got {spec!r}")
+            if not os.path.isdir(path):
+                ap.error(f"{flag} {spec}: no such directory")
+            into.append((name, path))
     os.environ.setdefault("MUJOCO_GL", "egl")
     args.out.mkdir(parents=True, exist_ok=True)
     t0 = time.perf_counter()
@@ -612,6 +864,8 @@ def main(argv=None) -> int:
         shutil.rmtree(args.out / f"{args.name}_truth.parts", ignore_errors=True)
         print(f"truth: {len(truth['states'])} states in {truth['wall_s']:.0f} s -> {truth_path}")
     scored = [score_run(n, p, truth, args.min_spread) for n, p in runs]
+    for n, p in fits:
+        scored += fit_probe(n, p, truth, args.min_spread, args.fit_steps, args.fit_targets)
     summary: dict = {truth["task"]: {}}
     for r in scored:
         last = r["checkpoints"][-1] if r["checkpoints"] else {}

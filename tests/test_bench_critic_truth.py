@@ -36,7 +36,8 @@ def test_bench_critic_truth_quick(tmp_path):
     out = tmp_path / "res"
     r = subprocess.run([sys.executable, "-m", "bench.critic_truth", "--quick", "--checkpoint", ckpt, "--task",
                         "pick_red_cube", "--max-ticks", "24", "--random-states", "1", "--jobs", "1",
-                        "--run", f"legacy={run}", "--out", str(out), "--name", "ct"],
+                        "--run", f"legacy={run}", "--fit", f"off={run}", "--fit-steps", "20", "--fit-targets",
+                        "mc", "legacy", "--out", str(out), "--name", "ct"],
                        cwd=ROOT, capture_output=True, text=True, timeout=400)
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
     res = json.loads((out / "ct.json").read_text())
@@ -47,7 +48,14 @@ def test_bench_critic_truth_quick(tmp_path):
     truth = json.loads((out / "ct_truth.json").read_text())
     st = truth["states"][0]
     assert np.asarray(st["success"]).shape == (4, 2) and np.asarray(st["chunks"]).shape[1:] == (4, 7)
-    (scored,) = res["runs"]
+    scored, *fitted = res["runs"]
+    assert [f["name"] for f in fitted] == ["off:mc", "off:legacy"]  # one offline fit per value target
+    for f in fitted:
+        assert f["method"] == "residual offline fit" and len(f["checkpoints"]) == 1
+        fit = f["checkpoints"][0]["fit"]
+        assert fit["transitions"] > 0 and fit["held_out_episodes"] >= 1 and fit["steps"] == 20
+        assert len(f["checkpoints"][0]["states"]) == len(states)
+    assert fitted[1]["target"]["time_limit"] == "bootstrap" and fitted[0]["target"]["n_step"] is None
     assert scored["method"] == "residual" and scored["target"]["time_limit"] == "terminal"
     ticks = [c["ticks"] for c in scored["checkpoints"]]
     assert len(ticks) >= 2 and ticks == sorted(ticks)  # snapshots then the final checkpoint
@@ -56,6 +64,11 @@ def test_bench_critic_truth_quick(tmp_path):
     assert s["calibration_error"] >= 0 and len(s["by_checkpoint"]) == len(ticks)
     assert (out / "ct.png").stat().st_size > 10_000
     assert str(tmp_path) not in (out / "ct.json").read_text()  # no machine paths
+    # the same rollouts pooled twice would double-count them: refused, naming the state
+    r = subprocess.run([sys.executable, "-m", "bench.critic_truth", "--truth", str(out / "ct_truth.json"),
+                        str(out / "ct_truth.json"), "--out", str(out), "--name", "dup"],
+                       cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 1 and "continuation streams" in r.stderr and "Traceback" not in r.stderr
 
 
 def test_bench_critic_truth_refuses_a_bad_run_argument(tmp_path):
