@@ -49,13 +49,10 @@ Writes ``bench/results/<name>.json`` (``summary[task][method][setting]``: ``medi
 from __future__ import annotations
 
 import argparse
-import datetime as _dt
 import json
 import os
 import pathlib
-import platform
 import shutil
-import subprocess
 import sys
 import tempfile
 import time
@@ -63,6 +60,8 @@ from concurrent.futures import ProcessPoolExecutor
 from multiprocessing import get_context
 
 import numpy as np
+
+from bench.harness.results import provenance as harness_provenance
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 GRIPPER_THRESHOLD = 0.5  # robot units, robot_io.gripper's snap point (policies.common.decisions)
@@ -116,7 +115,7 @@ def _worker(job: dict) -> list[dict]:
     from robot_io.ports import PortLease
     from robot_io.robot import RobotClient
     from robot_io.site import load_site, relocate_site, site_ports
-    from vla.commands._bridge import running_bridge
+    from robot_io.bridge_process import running_bridge
     from vla.envs import VLAPolicy, episode_noise, resolve_gripper, task_env
     from vla.models import load_vla
     from vla.train import resolve_checkpoint
@@ -759,23 +758,8 @@ def plot(res: dict, path: pathlib.Path) -> None:
 
 
 def provenance(argv: list[str], quick: bool) -> dict:
-    def git(*a):
-        try:
-            return subprocess.run(["git", *a], cwd=ROOT, capture_output=True, text=True, check=True).stdout.strip()
-        except (OSError, subprocess.CalledProcessError):
-            return None
-
-    def arg(a: str) -> str:  # paths as committed results may hold them
-        name, sep, path = a.partition("=")
-        if sep and os.path.exists(path):
-            return f"{name}={portable(path)}"
-        return portable(a) if os.path.exists(a) else a
-
-    return {"bench": "critic_truth", "argv": ["python", "-m", "bench.critic_truth", *map(arg, argv)],
-            "commit": git("rev-parse", "HEAD"),
-            "dirty": bool(git("status", "--porcelain", "--untracked-files=no")),
-            "date": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
-            "machine": f"{platform.machine()}, {os.cpu_count()} cores", "quick": quick}
+    """The harness's provenance block (bench/harness/results.py), at the result's top level as before."""
+    return harness_provenance("critic_truth", argv, quick)
 
 
 def scene_step(text: str) -> tuple[int, int]:
