@@ -174,7 +174,7 @@ def plot(models: list[dict], path: pathlib.Path, title: str) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+    ap = flags.parser("base_eval", out=False, doc=__doc__.split("\n\n")[0],
                                  formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__)
     ap.add_argument("--model", action="append", required=True, metavar="LABEL=CHECKPOINT",
                     help="a checkpoint (directory or `vla train` run) and its label in the results; repeat; the "
@@ -204,7 +204,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.episodes < 1 or args.jobs < 1:
         ap.error("--episodes and --jobs must be >= 1")
     from vla.envs import noise_option
-    from vla.train import resolve_checkpoint
+    from vla.models import resolve_checkpoint
 
     noise_option(args.noise)
     ckpts = [(label, resolve_checkpoint(c)) for label, c in models]

@@ -48,7 +48,6 @@ is for the test suite; its figures are noisier. Full mode takes about a minute.
 
 from __future__ import annotations
 
-import argparse
 import datetime as _dt
 import gc
 import multiprocessing as mp
@@ -839,7 +838,7 @@ def plot(res: dict, path: pathlib.Path) -> None:
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap = flags.parser("bridge", out=False, doc=__doc__.split("\n\n")[0])
     flags.add_quick(ap, "a few seconds (for tests); noisier figures")
     flags.add_out(ap)
     ap.add_argument("--no-sim", action="store_true", help="skip the SimFranka row")

@@ -118,7 +118,7 @@ def _worker(job: dict) -> list[dict]:
     from robot_io.bridge_process import running_bridge
     from vla.envs import VLAPolicy, episode_noise, resolve_gripper, task_env
     from vla.models import load_vla
-    from vla.train import resolve_checkpoint
+    from vla.models import resolve_checkpoint
 
     torch.set_num_threads(1)
     ckpt = resolve_checkpoint(job["checkpoint"])
@@ -462,7 +462,7 @@ def score_run(name: str, run: str, truth: dict, min_spread: float) -> dict:
     from policies import get_method
     from session.config import RLConfig
     from vla.models import load_vla
-    from vla.train import resolve_checkpoint
+    from vla.models import resolve_checkpoint
 
     cfg_path = os.path.join(run, "rl_config.json")
     if not os.path.isfile(cfg_path):

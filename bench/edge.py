@@ -29,7 +29,6 @@ upper bound on what a dedicated edge board with real cameras would see. Quick mo
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import platform
@@ -90,7 +89,7 @@ def make_vla(args):
 
     if args.checkpoint:
         from vla.models import load_vla
-        from vla.train import resolve_checkpoint
+        from vla.models import resolve_checkpoint
 
         return load_vla(resolve_checkpoint(args.checkpoint)), "checkpoint " + Path(args.checkpoint).name
     torch.manual_seed(0)
@@ -209,8 +208,8 @@ def plot(res: dict, path: Path) -> None:
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
-                                epilog="example: bench/edge.py --edge-python /opt/edge311/bin/python")
+    p = flags.parser("edge", out=False, doc=__doc__.split("\n\n")[0],
+                                epilog="example: python -m bench.edge --edge-python /opt/edge311/bin/python")
     flags.add_quick(p, "tiny model, 2 s per rate (the test suite's smoke run)")
     p.add_argument("--checkpoint", default=None, help="a compact VLA checkpoint (default: random init)")
     p.add_argument("--edge-python", default=sys.executable,

@@ -23,7 +23,6 @@ Work is spread over ``--workers`` processes (default 2), one simulator each.
 
 from __future__ import annotations
 
-import argparse
 import datetime as _dt
 import json
 import math
@@ -167,7 +166,7 @@ def plot(summary: dict, qualities: list[float], path: pathlib.Path) -> None:
 
 
 def main(argv=None) -> dict:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[1])
+    ap = flags.parser("experts", out=False, doc=__doc__.split("\n")[1])
     ap.add_argument("--episodes", type=int, default=50, help="episodes per task at full quality")
     ap.add_argument("--low-episodes", type=int, default=20, help="episodes per task at each lowered quality")
     ap.add_argument("--qualities", type=float, nargs="*", default=[0.8, 0.5, 0.2], help="lowered quality levels")

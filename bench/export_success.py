@@ -64,7 +64,7 @@ def make_quick_checkpoint(path: Path) -> str:
 def export(checkpoint: str, work: Path, instructions: list[str] | None) -> dict:
     from deploy.export import export_vla
     from vla.models import load_vla
-    from vla.train import resolve_checkpoint
+    from vla.models import resolve_checkpoint
 
     ckpt = resolve_checkpoint(checkpoint)
     vla = load_vla(ckpt)

@@ -19,7 +19,6 @@ Writes ``bench/results/rig.json`` and ``rig.png``.
 
 from __future__ import annotations
 
-import argparse
 import datetime as _dt
 import json
 import os
@@ -136,7 +135,7 @@ def plot(res: dict, lat: list[float], path: pathlib.Path) -> None:
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap = flags.parser("rig", out=False, doc=__doc__.split("\n\n")[0])
     flags.add_quick(ap, "a few seconds (the test)")
     ap.add_argument("--seconds", type=float, default=None, help="seconds of play (default 60; quick 4)")
     ap.add_argument("--policy", choices=("random", "dqn"), default="random")

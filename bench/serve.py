@@ -32,7 +32,6 @@ share the CPU, and on a shared machine other jobs do too. Quick mode (tiny model
 
 from __future__ import annotations
 
-import argparse
 import os
 import platform
 import subprocess
@@ -211,8 +210,8 @@ def _ratios(runs: list[dict]) -> dict:
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
-                                epilog="example: bench/serve.py --checkpoint runs/vla_pick --seconds 30")
+    p = flags.parser("serve", out=False, doc=__doc__.split("\n\n")[0],
+                                epilog="example: python -m bench.serve --checkpoint runs/vla_pick --seconds 30")
     flags.add_quick(p, "tiny model, 64 px frames, 3 s per mode (the test suite's run)")
     p.add_argument("--checkpoint", default=None, help="a VLA checkpoint or run (default: tiny random-init compact VLA)")
     p.add_argument("--hz", type=float, default=10.0, help="control rate (default 10)")

@@ -384,8 +384,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--data-dir", default="data/sft")
     ap.add_argument("--runs-dir", default="runs/peers")
     flags.add_out(ap, type=str)
-    ap.add_argument("--quick", action="store_true",
-                    help="smoke test: 1 task, 1 minute per peer, 2 demos, 2 denoising steps, 2 episodes")
+    flags.add_quick(ap, "smoke test: 1 task, 1 minute per peer, 2 demos, 2 denoising steps, 2 episodes")
     args = ap.parse_args(argv)
     args.task = args.task or (["pick_red_cube"] if args.quick else list(TASKS))
     args.data_dir, args.runs_dir = os.path.abspath(args.data_dir), os.path.abspath(args.runs_dir)

@@ -55,7 +55,7 @@ import time
 import numpy as np
 
 from bench.harness import flags, plots
-from bench.harness.results import write_result
+from bench.harness.results import portable, write_result
 
 
 CUBES = ("red_cube", "green_cube", "blue_cube")
@@ -429,7 +429,7 @@ def reclassify(path: pathlib.Path) -> int:
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+    ap = flags.parser("vla_confusion", out=False, doc=__doc__.split("\n\n")[0],
                                  formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__.split("\n\n", 1)[1])
     ap.add_argument("--checkpoint", help="a `vla train` run or checkpoint")
     ap.add_argument("--from-json", type=pathlib.Path, default=None, metavar="FILE",
@@ -478,10 +478,9 @@ def main(argv=None) -> int:
         ap.error(str(e))
     os.environ.setdefault("MUJOCO_GL", "egl")
     from bench.harness.jobs import run_workers
-    from bench.harness.results import portable as portable_path
 
     from hardware.sim_tasks import get_task
-    from vla.train import resolve_checkpoint
+    from vla.models import resolve_checkpoint
 
     from robot_io.site import load_site
 
@@ -536,7 +535,7 @@ def main(argv=None) -> int:
         k, n = summary["named_of_grasped_pooled"]
         print(f"the grasped cube was the named one in {k}/{n} grasps ({100 * k / n:.0f}%)")
     out = {"bench": "vla_confusion", "date": _dt.datetime.now().isoformat(timespec="seconds"),
-           "checkpoint": portable_path(args.checkpoint), "episodes_per_task": args.episodes,
+           "checkpoint": portable(args.checkpoint), "episodes_per_task": args.episodes,
            "seed_start": args.seed_start, "exec_steps": args.exec_steps,
            "execution": execution_label(args.exec_steps, args.ensemble_window, args.noise, args.gripper),
            "ensemble_window": args.ensemble_window, "noise": args.noise, "gripper": args.gripper,

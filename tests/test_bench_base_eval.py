@@ -28,7 +28,7 @@ def test_quick_run_writes_the_report_and_a_rerun_reads_it_back(tmp_path):
     assert m["executed_gripper"] == ["binary"] and m["eval_wall_s"] > 0  # --gripper auto: the checkpoint's
     assert not m["checkpoint"].startswith("/") and (tmp_path / "out" / "base_eval_quick.png").stat().st_size > 3_000
     # a second model with the same label's run directory is read back, not re-run; pairing needs two
-    r = subprocess.run(cmd[:4] + ["--model", f"again={ckpt}"] + cmd[4:], cwd=ROOT, capture_output=True, text=True,
+    r = subprocess.run(cmd[:5] + ["--model", f"again={ckpt}"] + cmd[5:], cwd=ROOT, capture_output=True, text=True,
                        timeout=300)
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
     assert "tiny: pick_red_cube evaluated already" in r.stdout

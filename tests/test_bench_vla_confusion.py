@@ -5,9 +5,6 @@ import subprocess
 import sys
 from pathlib import Path
 
-import numpy as np
-import pytest
-
 from tests.net import free_port_block
 
 ROOT = Path(__file__).resolve().parents[1]

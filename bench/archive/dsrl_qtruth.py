@@ -115,7 +115,7 @@ def load_run(run: str, threads: int = 1, observation_space=None, cfg=None):
 
     from policies import get_method
     from vla.models import load_vla
-    from vla.train import resolve_checkpoint
+    from vla.models import resolve_checkpoint
 
     torch.set_num_threads(threads)
     cfg = cfg or run_config(run)

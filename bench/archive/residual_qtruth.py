@@ -145,7 +145,7 @@ def load_run(run: str, observation_space=None):
     from policies import get_method
     from session.config import RLConfig
     from vla.models import load_vla
-    from vla.train import resolve_checkpoint
+    from vla.models import resolve_checkpoint
 
     cfg_path = os.path.join(run, "rl_config.json")
     if not os.path.isfile(cfg_path):

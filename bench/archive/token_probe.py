@@ -111,7 +111,7 @@ def main(argv=None) -> int:
     from vla.data.demos import load_demos
     from vla.data.tokens import load_prior
     from vla.models import load_vla
-    from vla.train import resolve_checkpoint
+    from vla.models import resolve_checkpoint
 
     prior = load_prior(args.tokens) if args.tokens else None
     results = []

@@ -148,7 +148,7 @@ def run_arm(checkpoint: str, token: int | None, args, seeds: list[int]) -> dict[
     from robot_io.bridge_process import running_bridge
     from vla.envs import VLAPolicy, task_env
     from vla.models import load_vla
-    from vla.train import resolve_checkpoint
+    from vla.models import resolve_checkpoint
 
     torch.set_num_threads(args.threads)
     model = load_vla(resolve_checkpoint(checkpoint)).eval()

@@ -99,7 +99,7 @@ def main(argv=None) -> int:
     from robot_io.bridge_process import running_bridge
     from vla.envs import VLAPolicy, task_env
     from vla.models import load_vla
-    from vla.train import resolve_checkpoint
+    from vla.models import resolve_checkpoint
 
     torch.set_num_threads(1)
     vla = load_vla(resolve_checkpoint(args.checkpoint))

@@ -107,7 +107,7 @@ def main() -> int:
     from robot_io.bridge_process import running_bridge
     from vla.envs import TemporalEnsemble, VLAPolicy, task_env
     from vla.models import load_vla
-    from vla.train import resolve_checkpoint
+    from vla.models import resolve_checkpoint
     from bench.harness.results import portable as portable_path
 
     task = get_task(args.task)

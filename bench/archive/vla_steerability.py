@@ -105,7 +105,7 @@ def eval_policy(checkpoint: str, exec_steps: int | None, window: int | None = No
 
     from vla.envs import BinaryGripper, TemporalEnsemble, VLAPolicy, gripper_option, noise_option
     from vla.models import load_vla
-    from vla.train import resolve_checkpoint
+    from vla.models import resolve_checkpoint
 
     torch.set_num_threads(1)
     model = load_vla(resolve_checkpoint(checkpoint)).eval()
@@ -123,7 +123,7 @@ def work(job: dict) -> dict:
     from robot_io.bridge_process import running_bridge
     from vla.envs import VLAPolicy, task_env
     from vla.models import load_vla
-    from vla.train import resolve_checkpoint
+    from vla.models import resolve_checkpoint
 
     torch.set_num_threads(1)
     vla = load_vla(resolve_checkpoint(job["checkpoint"]))

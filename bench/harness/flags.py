@@ -10,12 +10,13 @@ from bench.harness.results import RESULTS
 
 
 def parser(name: str, doc: str | None, *, out: bool = True, quick: str | None = None,
-           jobs: tuple[int, str] | None = None, port0: bool = False) -> argparse.ArgumentParser:
+           jobs: tuple[int, str] | None = None, port0: bool = False, **kwargs) -> argparse.ArgumentParser:
     """The parser of ``python -m bench.<name>`` (``doc``, the module's docstring, is its description) with the
     shared flags asked for: ``--out`` (:func:`add_out`), ``--quick`` (``quick`` is its help: what the smoke run
-    cuts), ``--jobs`` (``jobs`` = (default, help)) and ``--port0`` (:func:`add_port0`)."""
+    cuts), ``--jobs`` (``jobs`` = (default, help)) and ``--port0`` (:func:`add_port0`); ``kwargs`` go to
+    ``argparse.ArgumentParser`` (an ``epilog``, another ``formatter_class``)."""
     ap = argparse.ArgumentParser(prog=f"python -m bench.{name}", description=doc,
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+                                 **{"formatter_class": argparse.RawDescriptionHelpFormatter, **kwargs})
     if out:
         add_out(ap)
     if quick is not None:

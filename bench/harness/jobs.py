@@ -260,7 +260,7 @@ def eval_policy(checkpoint: str, exec_steps: int | None, window: int | None = No
 
     from vla.envs import BinaryGripper, TemporalEnsemble, VLAPolicy, gripper_option, noise_option
     from vla.models import load_vla
-    from vla.train import resolve_checkpoint
+    from vla.models import resolve_checkpoint
 
     torch.set_num_threads(1)
     model = load_vla(resolve_checkpoint(checkpoint)).eval()

@@ -2,10 +2,8 @@
 recovery."""
 
 import numpy as np
-import pytest
 
 
-@pytest.mark.e2e  # 40 simulated recoveries
 def test_go1_region_is_one_the_recovery_returns_from():
     """SafeExplorer hands control to the recovery when the Go1 leaves R: R must be a set it can return
     from. 20 exits driven by random joint targets (std 1 action unit) at the curriculum's start and at R's

@@ -2,7 +2,6 @@
 plot title."""
 
 import json
-import math
 
 import numpy as np
 import pytest
