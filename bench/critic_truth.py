@@ -104,6 +104,19 @@ def decision_steps(task, names: list[str], privs: list[np.ndarray], grips: list[
     return dict(sorted(out.items()))
 
 
+def _exit_with_parent(parent: int) -> None:
+    """A pool worker ends when the bench that started it does (killed, not only finished), and with it its bridge
+    (started with --exit-with-parent): nothing keeps simulating for a run that is gone."""
+    import threading
+
+    def watch():
+        while os.getppid() == parent:
+            time.sleep(1.0)
+        os._exit(1)
+
+    threading.Thread(target=watch, daemon=True, name="exit-with-parent").start()
+
+
 def _worker(job: dict) -> list[dict]:
     """One worker: its own sim bridge on leased ports; the base rollouts of its scenes, then every decision
     state's candidates and continuations."""
@@ -121,6 +134,8 @@ def _worker(job: dict) -> list[dict]:
     from vla.models import resolve_checkpoint
 
     torch.set_num_threads(1)
+    if job.get("parent"):
+        _exit_with_parent(job["parent"])
     ckpt = resolve_checkpoint(job["checkpoint"])
     vla = load_vla(ckpt).eval()
     gripper = resolve_gripper("auto", ckpt)
@@ -274,14 +289,14 @@ def build_truth(args, parts_dir: pathlib.Path) -> dict:
              "noise_bound": args.noise_bound, "residual_bound": args.residual_bound,
              "continuations": args.continuations, "random_states": args.random_states, "deadline": deadline,
              "max_ticks": args.max_ticks, "labels": args.labels, "base_success_only": args.base_success_only,
-             "states": args.states, "continuation_offset": args.continuation_offset,
+             "states": args.states, "continuation_offset": args.continuation_offset, "parent": os.getpid(),
              "part": str(parts_dir / f"worker{w}.jsonl")}
             for w in range(args.jobs)]
     t0 = time.perf_counter()
     errors = []
     if args.jobs == 1:
         try:
-            _worker(jobs[0])
+            _worker({**jobs[0], "parent": None})  # in this process: nothing to watch
         except Exception as e:  # noqa: BLE001 (reported; the states measured so far are kept)
             errors.append(f"worker 0: {type(e).__name__}: {e}")
     else:
@@ -328,10 +343,13 @@ def merge_truths(paths: list[pathlib.Path]) -> dict:
                                  "earlier file measured (pool files made with different --continuation-offset)")
             streams[key] |= mine
             have = by_key[key]  # the same state measured again (--states ... --continuation-offset): pool the rollouts
-            if np.asarray(have["chunks"]).shape != np.asarray(st["chunks"]).shape or not np.allclose(
-                    have["chunks"], st["chunks"], atol=1e-4):
-                raise SystemExit(f"--truth {p}: scene {key[0]} step {key[1]} has other candidates than an earlier "
-                                 "file's: not the same state")
+            # the base's own rollout of a scene is not bit-reproducible across processes (rendering), so a state
+            # measured again is pooled only when it is the same state: the same VLA features and candidates
+            if np.asarray(have["chunks"]).shape != np.asarray(st["chunks"]).shape or not (
+                    np.allclose(have["chunks"], st["chunks"], atol=1e-5) and np.allclose(have["feat"], st["feat"],
+                                                                                          atol=1e-5)):
+                raise SystemExit(f"--truth {p}: scene {key[0]} step {key[1]} has other features or candidates than "
+                                 "an earlier file's: the base's rollout went elsewhere, not the same state")
             have["success"] = np.concatenate([have["success"], st["success"]], axis=1).tolist()
             have["steps_left"] = np.concatenate([have["steps_left"], st["steps_left"]], axis=1).tolist()
             have["replay_state_error"] = max(have["replay_state_error"], st["replay_state_error"])
@@ -800,7 +818,8 @@ def main(argv=None) -> int:
     ap.add_argument("--continuations", type=int, default=6, help="rollouts per candidate")
     ap.add_argument("--states", nargs="+", default=None, metavar="SCENE:STEP", type=scene_step,
                     help="only these decision states (scene seed : macro-step, as a truth file names them), e.g. more "
-                         "continuations where the candidate matters; --truth pools files that measured the same state")
+                         "continuations where the candidate matters; --truth pools files that measured the same state "
+                         "(refused where the base's rollout, not bit-reproducible across processes, went elsewhere)")
     ap.add_argument("--continuation-offset", type=int, default=0,
                     help="first continuation's noise stream: a second file for the same states takes new streams")
     ap.add_argument("--random-states", type=int, default=1, help="random (non-decision) states per scene")

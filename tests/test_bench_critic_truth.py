@@ -75,3 +75,54 @@ def test_bench_critic_truth_refuses_a_bad_run_argument(tmp_path):
     r = subprocess.run([sys.executable, "-m", "bench.critic_truth", "--run", "no-equals-sign"], cwd=ROOT,
                        capture_output=True, text=True, timeout=60)
     assert r.returncode == 2 and "NAME=RUN_DIR" in r.stderr and "Traceback" not in r.stderr
+
+
+def test_bench_critic_truth_killed_leaves_no_worker_or_bridge(tmp_path):
+    """SIGKILL the bench at a random moment while its two workers measure: every process it started (the pool's
+    workers and their sim bridges) is gone soon after, so nothing keeps simulating for a run that is gone."""
+    pytest.importorskip("lerobot")
+    import random
+    import signal
+    import time
+
+    import psutil
+
+    from tests.conftest import save_tiny_vla
+
+    ckpt = save_tiny_vla(str(tmp_path / "ckpt"))
+    p = subprocess.Popen([sys.executable, "-m", "bench.critic_truth", "--quick", "--checkpoint", ckpt, "--task",
+                          "pick_red_cube", "--max-ticks", "24", "--scenes", "2", "--jobs", "2", "--out",
+                          str(tmp_path / "res"), "--name", "ct"], cwd=ROOT, stdout=subprocess.DEVNULL,
+                         stderr=subprocess.DEVNULL)
+    me = psutil.Process(p.pid)
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:  # until both workers have their bridges up
+        kids = me.children(recursive=True)
+        if sum("bridge" in " ".join(k.cmdline()) for k in kids if k.is_running()) >= 2:
+            break
+        time.sleep(0.5)
+    else:
+        pytest.fail("the bench never started two bridges")
+    time.sleep(random.uniform(0.0, 8.0))
+    kids = me.children(recursive=True)
+    p.send_signal(signal.SIGKILL)
+    p.wait(10)
+
+    def alive():  # a zombie has ended (who reaps an orphan depends on the machine's init)
+        out = []
+        for k in kids:
+            try:
+                if k.status() != psutil.STATUS_ZOMBIE:
+                    out.append(k)
+            except psutil.NoSuchProcess:
+                pass
+        return out
+
+    deadline = time.monotonic() + 30
+    while alive() and time.monotonic() < deadline:
+        time.sleep(0.5)
+    left = alive()
+    names = [" ".join(k.cmdline()[:5]) for k in left]
+    for k in left:
+        k.kill()
+    assert not left, names
