@@ -176,7 +176,7 @@ def train_one(peer: str, task: str, dataset: pathlib.Path, run_dir: pathlib.Path
     grace = max(600.0, budget_s)  # only against a hang: a starved machine can take minutes to start python
     cpu0 = _children_cpu_s()
     t0 = time.time()
-    cmd = [sys.executable, str(pathlib.Path(__file__).resolve()), CHILD, f"{t0 + budget_s:.3f}", "--",
+    cmd = [sys.executable, "-m", "bench.sft_peers", CHILD, f"{t0 + budget_s:.3f}", "--",
            *lerobot_args(peer, task, dataset, out, args)]
     with open(log, "w") as f:
         p = subprocess.Popen(cmd, cwd=ROOT, stdout=f, stderr=subprocess.STDOUT, env=_env(), start_new_session=True)
@@ -359,7 +359,7 @@ def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv[:1] == [CHILD]:
         if len(argv) < 3 or argv[2] != "--":
-            raise SystemExit(f"usage: sft_peers.py {CHILD} DEADLINE -- LEROBOT_TRAIN_ARGS...")
+            raise SystemExit(f"usage: python -m bench.sft_peers {CHILD} DEADLINE -- LEROBOT_TRAIN_ARGS...")
         return lerobot_train_until(float(argv[1]), argv[3:])
     ap = flags.parser("sft_peers", __doc__, out=False)
     ap.add_argument("--peer", action="append", choices=PEERS, help=f"peers (default both: {', '.join(PEERS)})")
