@@ -13,7 +13,7 @@ Run ``.venv/bin/python -m bench.serve [--quick] [--checkpoint RUN] [--out DIR]``
    at ``--hz`` for ``--seconds`` per blend mode -- ``none``, ``ensemble`` (ACT temporal ensembling),
    ``crossfade`` -- each after the same seeded reset of ``--task``'s scene: asynchronous requests
    when half a chunk is left, every call with a deadline.
-3. The same three runs against a **synthetic source** (``tests/deploy/fake_policy.py``, no model:
+3. The same three runs against a **synthetic source** (``SyntheticSource`` below, no model:
    one smooth trajectory, each chunk offset by +-0.004 per dimension with a seeded random sign, so
    consecutive plans disagree by 0.008 per dimension or agree; 30 ms per chunk): the
    boundary effect of blending alone, without a model whose rows are noisy within a chunk too
@@ -51,6 +51,40 @@ os.environ.setdefault("MUJOCO_GL", "egl")
 
 INSTRUCTION = "pick up the red cube"
 MODES = ("none", "ensemble", "crossfade")
+SYNTHETIC = "synthetic-source"
+"""``python -m bench.serve synthetic-source BIND DELAY_S SEED``: serve a :class:`SyntheticSource` (the child process)."""
+
+
+class SyntheticSource:
+    """A deterministic policy source (no torch; the one tests/deploy/fake_policy.py gives the server's tests):
+    chunks that follow one smooth trajectory in the tick, each shifted by an offset whose sign is drawn at random
+    (seeded: the same sequence every run), so two consecutive plans disagree by ``2 * offset`` or agree, as
+    independent samples would."""
+
+    def __init__(self, horizon: int = 10, offset: float = 0.004, delay_s: float = 0.0, seed: int = 0) -> None:
+        self.horizon, self.offset, self.delay_s = horizon, offset, delay_s
+        self.rng = np.random.default_rng(seed)
+
+    def describe(self) -> dict:
+        return {"policy": "offset", "horizon": self.horizon, "action_dim": 7, "cameras": [], "state_dim": 8,
+                "instructions": ["test"]}
+
+    def __call__(self, obs: dict) -> np.ndarray:
+        if self.delay_s:
+            time.sleep(self.delay_s)
+        sign = 1.0 if self.rng.random() < 0.5 else -1.0
+        t = np.asarray(obs["tick"] + np.arange(self.horizon), np.float64)[:, None]
+        return (0.003 * np.sin(0.25 * t + np.arange(7))).astype(np.float32) + np.float32(sign * self.offset)
+
+
+def serve_synthetic(bind: str, delay_s: float, seed: int) -> int:
+    """Serve a :class:`SyntheticSource` on ``bind`` until killed; prints the bound endpoint first."""
+    from deploy.server import PolicyServer
+
+    srv = PolicyServer(SyntheticSource(delay_s=delay_s, seed=seed), bind)
+    print(srv.bind(), flush=True)
+    srv.serve()
+    return 0
 
 
 def site_yaml(path: Path, ports: list[int], size: int) -> Path:
@@ -178,10 +212,10 @@ def plot(res: dict, path: Path) -> None:
 
 
 def start_synthetic_server(port: int, log_path: Path) -> subprocess.Popen:
-    """The tests' deterministic source (no torch): one smooth trajectory, each chunk offset by +-0.004
+    """The deterministic source (``SyntheticSource``, no torch): one smooth trajectory, each chunk offset by +-0.004
     (seeded random signs), 30 ms per chunk: the boundary effect of blending without a model's own noise."""
     log_f = open(log_path, "w")
-    proc = subprocess.Popen([sys.executable, "-m", "tests.deploy.fake_policy", f"tcp://127.0.0.1:{port}", "0.03", "0"],
+    proc = subprocess.Popen([sys.executable, "-m", "bench.serve", SYNTHETIC, f"tcp://127.0.0.1:{port}", "0.03", "0"],
                             stdout=log_f, stderr=subprocess.STDOUT, cwd=str(ROOT),
                             env=dict(os.environ, PYTHONPATH=str(ROOT)))
     log_f.close()
@@ -210,6 +244,9 @@ def _ratios(runs: list[dict]) -> dict:
 
 
 def main(argv=None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] == [SYNTHETIC]:
+        return serve_synthetic(argv[1], float(argv[2]), int(argv[3]))
     p = flags.parser("serve", out=False, doc=__doc__.split("\n\n")[0],
                                 epilog="example: python -m bench.serve --checkpoint runs/vla_pick --seconds 30")
     flags.add_quick(p, "tiny model, 64 px frames, 3 s per mode (the test suite's run)")

@@ -4,6 +4,7 @@ edits the import path; and ``python -m bench.<name> --help`` works for every scr
 
 import ast
 import pathlib
+import re
 import subprocess
 import sys
 
@@ -70,6 +71,14 @@ def test_no_bench_module_edits_the_import_path():
     hits = [f"{p.relative_to(ROOT)}:{i}" for p in BENCH.rglob("*.py")
             for i, line in enumerate(p.read_text().splitlines(), 1) if needle in line]
     assert hits == [], hits
+
+
+def test_bench_never_runs_a_tests_module():
+    """Nor through a subprocess: no ``python -m tests.<module>`` in a bench script (a fake the bench needs is its own)."""
+    hits = [f"{p.relative_to(ROOT)}:{i}" for p in modules()
+            for i, line in enumerate(p.read_text().splitlines(), 1) if re.search(r"""["']-m["'],\s*["']tests\.""", line)]
+    assert hits == [], hits
+    assert re.search(r"""["']-m["'],\s*["']tests\.""", 'cmd = [sys.executable, "-m", "tests.deploy.fake_policy"]')
 
 
 def test_tests_never_import_bench():
