@@ -665,6 +665,88 @@ def fit_probe(name: str, run: str, truth: dict, min_spread: float, steps: int, t
     return out
 
 
+def fit_curve(name: str, runs: list[str], truth: dict, min_spread: float, steps: int, fractions: list[float],
+              seed: int = 0) -> list[dict]:
+    """The data budget of the Monte-Carlo fit: the replays of ``runs`` pooled (same task, base and execution; their
+    behaviours differ, so the return each one regresses on is its own episode's), 20% of the episodes held out,
+    and a fresh critic (the first run's widths) fitted on the first ``fraction`` of the remaining episodes (a fixed
+    random order, so each budget holds the smaller ones), each scored at the truth's states. Read: does ranking at
+    the decision states improve with data, and from how many transitions."""
+    import torch
+    from tqdm import tqdm
+
+    from policies.common.sac import EnsembleCritic
+    from session.config import RLConfig
+
+    torch.set_num_threads(1)
+    E = truth["exec_steps"]
+    u = FIT_TARGETS["mc"]
+    feats, chunks, ys, eps, succ = [], [], [], [], []
+    n_eps = 0
+    for run in runs:
+        cfg = RLConfig.from_json(os.path.join(run, "rl_config.json"))
+        if cfg.task != truth["task"]:
+            raise SystemExit(f"--fit-curve {name}: {run} has task {cfg.task!r}, the truth's is {truth['task']!r}")
+        d = load_replay(run)
+        feats.append(d["feat"])
+        chunks.append(d["chunk"])
+        ys.append(mc_return(d["success"].astype(float), d["to_go"], u, E).astype(np.float32))
+        eps.append(d["episode"] + n_eps)
+        succ.append(d["success"])
+        n_eps += d["episodes"]
+    first = RLConfig.from_json(os.path.join(runs[0], "rl_config.json"))
+    sac = first.agent.sac if first.method == "dsrl" else first.agent
+    feat, chunk, y = (torch.from_numpy(np.concatenate(x)) for x in (feats, chunks, ys))
+    episode, success = np.concatenate(eps), np.concatenate(succ)
+    if chunk.shape[1] != np.asarray(truth["states"][0]["chunks"][0]).size:
+        raise SystemExit(f"--fit-curve {name}: the replays' chunks do not match the truth's candidates")
+    order = np.random.default_rng(seed).permutation(n_eps)
+    held = order[: max(1, n_eps // 5)]
+    train_order = order[len(held):]
+    test = np.isin(episode, held)
+    effects = [candidate_effect(np.asarray(st["success"], float)) for st in truth["states"]]
+    out = []
+    for frac in fractions:
+        keep = train_order[: max(1, int(round(frac * len(train_order))))]
+        train_idx = np.flatnonzero(np.isin(episode, keep))
+        rng = np.random.default_rng(seed)
+        torch.manual_seed(seed)
+        critic = EnsembleCritic(feat.shape[1], chunk.shape[1], sac.num_critics, tuple(sac.hidden))
+        opt = torch.optim.Adam(critic.parameters(), lr=3e-4)
+        t0 = time.perf_counter()
+        for _ in tqdm(range(steps), desc=f"fit-curve {name} {frac:g}", leave=False):
+            i = torch.from_numpy(rng.choice(train_idx, 256))
+            loss = ((critic(feat[i], chunk[i]) - y[i][None]) ** 2).mean(1).sum()
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
+            opt.step()
+        with torch.no_grad():
+            q_test = critic(feat[test], chunk[test]).mean(0).numpy()
+        y_np = y.numpy()
+        fit = {"target": "mc", "steps": steps, "wall_s": round(time.perf_counter() - t0, 1), "runs": len(runs),
+               "transitions": int(len(train_idx)), "episodes": int(len(keep)), "held_out_episodes": int(len(held)),
+               "held_out_mae_mc": float(np.mean(np.abs(q_test - y_np[test]))),
+               "held_out_mae_constant": float(np.mean(np.abs(y_np[train_idx].mean() - y_np[test]))),
+               "held_out_auc_success": auc(q_test, success[test])}
+
+        def values(st, critic=critic):
+            f = torch.tensor(st["feat"], dtype=torch.float32)[None]
+            c = torch.tensor(st["chunks"], dtype=torch.float32)
+            with torch.no_grad():
+                return critic(f.expand(len(c), -1), c.reshape(len(c), -1)).mean(0).numpy(), None
+
+        per_state = score_states(values, truth, effects, u, E)
+        point = {"ticks": None, **aggregate(per_state, min_spread), "fit": fit, "states": per_state}
+        print(f"  {name} pooled Monte-Carlo fit on {fit['transitions']} transitions ({fit['episodes']} episodes of "
+              f"{len(runs)} runs): median Spearman {fmt(point['median_spearman'])}, where it matters "
+              f"{fmt(point['median_spearman_where_it_matters'])}; held-out |Q - MC| {fit['held_out_mae_mc']:.3f} "
+              f"(a constant: {fit['held_out_mae_constant']:.3f}), AUC for success {fmt(fit['held_out_auc_success'])}",
+              flush=True)
+        out.append({"name": f"{name}@{fit['transitions']}", "run": [portable(r) for r in runs],
+                    "method": "pooled offline fit", "target": u, "checkpoints": [point]})
+    return out
+
+
 def ensemble_value(critic, s, a, mode: str, subset: int, gen) -> "torch.Tensor":
     """The target ensemble's value reduced as ``policies.common.sac.ensemble_target`` does."""
     import torch
@@ -744,30 +826,77 @@ def portable(path: str) -> str:
 
 
 def plot(res: dict, path: pathlib.Path) -> None:
+    """Sessions' critics against their ticks (with a random critic's 95% band), the offline fits by value target,
+    and the Monte-Carlo fit against its data (or the sessions' calibration when no --fit-curve ran)."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, (a, b) = plt.subplots(1, 2, figsize=(11, 4.2))
-    for r in res["runs"]:
-        t = [c["ticks"] for c in r["checkpoints"]]
-        a.plot(t, [np.nan if c["median_spearman"] is None else c["median_spearman"] for c in r["checkpoints"]],
-               "o-", label=f"{r['method']} {r['name']}")
-        b.plot(t, [c["calibration_error_rel"] for c in r["checkpoints"]], "o-", label=f"{r['method']} {r['name']}")
-        ceiling = [c["split_half_spearman"] for c in r["checkpoints"] if c["split_half_spearman"] is not None]
-    if res["runs"] and ceiling:
-        a.axhline(ceiling[0], color="k", ls=":", lw=1, label="truth vs itself (split half)")
-    a.axhline(0.5, color="g", ls="--", lw=0.8, label="goal 0.5")
-    a.axhline(0, color="k", lw=0.5)
-    a.set_xlabel("session ticks")
-    a.set_ylabel("median Spearman(critic, MC success)")
-    a.set_title(f"decision states with a true spread >= {res['config']['min_spread']}", fontsize=9)
-    a.legend(fontsize=7)
-    b.set_xlabel("session ticks")
-    b.set_ylabel("|Q - MC return| / target range")
-    b.set_title("calibration in each target's own units", fontsize=9)
-    b.legend(fontsize=7)
+    def val(c, k):
+        return np.nan if c.get(k) is None else c[k]
+
+    sessions = [r for r in res["runs"] if "fit" not in r["method"]]
+    offline = [r for r in res["runs"] if r["method"].endswith("offline fit") and not r["method"].startswith("pooled")]
+    pooled = [r for r in res["runs"] if r["method"] == "pooled offline fit"]
+    panels = [p for p in (sessions, offline) if p] + [pooled or sessions]
+    fig, axes = plt.subplots(1, len(panels), figsize=(5.2 * len(panels), 4.4), squeeze=False)
+    axes = list(axes[0])
+    null = next((c.get("median_spearman_null95") for r in res["runs"] for c in r["checkpoints"]
+                 if c.get("median_spearman_null95")), None)
+    ceiling = next((c["split_half_spearman"] for r in res["runs"] for c in r["checkpoints"]
+                    if c.get("split_half_spearman") is not None), None)
+
+    def guides(ax):
+        if null:
+            ax.axhspan(*null, color="0.85", zorder=0, label="a random critic (95%)")
+        if ceiling is not None:
+            ax.axhline(ceiling, color="k", ls=":", lw=1, label="truth vs itself (split half)")
+        ax.axhline(0.5, color="g", ls="--", lw=0.8, label="goal 0.5")
+        ax.set_ylabel("median Spearman(critic, MC success)")
+
+    k = 0
+    if sessions:
+        ax = axes[k]
+        k += 1
+        for r in sessions:
+            ax.plot([c["ticks"] for c in r["checkpoints"]], [val(c, "median_spearman") for c in r["checkpoints"]],
+                    "o-", label=f"{r['method']} {r['name']}")
+        guides(ax)
+        ax.set_xlabel("session ticks")
+        ax.set_title(f"session critics, decision states with a true spread >= {res['config']['min_spread']}",
+                     fontsize=8)
+        ax.legend(fontsize=6)
+    if offline:
+        ax = axes[k]
+        k += 1
+        x = np.arange(len(offline))
+        ax.bar(x - 0.2, [val(r["checkpoints"][0], "median_spearman") for r in offline], 0.4,
+               label="all decision states")
+        ax.bar(x + 0.2, [val(r["checkpoints"][0], "median_spearman_where_it_matters") for r in offline], 0.4,
+               label="where the candidate matters")
+        guides(ax)
+        ax.set_xticks(x, [r["name"] for r in offline], rotation=60, ha="right", fontsize=6)
+        ax.set_title("offline fits on a session's replay, by value target", fontsize=8)
+        ax.legend(fontsize=6)
+    ax = axes[k]
+    if pooled:
+        ax.plot([r["checkpoints"][0]["fit"]["transitions"] for r in pooled],
+                [val(r["checkpoints"][0], "median_spearman") for r in pooled], "o-", label="all decision states")
+        ax.plot([r["checkpoints"][0]["fit"]["transitions"] for r in pooled],
+                [val(r["checkpoints"][0], "median_spearman_where_it_matters") for r in pooled], "s--",
+                label="where the candidate matters")
+        guides(ax)
+        ax.set_xlabel("training transitions (pooled replays)")
+        ax.set_title("Monte-Carlo fit against its data", fontsize=8)
+    else:
+        for r in sessions:
+            ax.plot([c["ticks"] for c in r["checkpoints"]], [c["calibration_error_rel"] for c in r["checkpoints"]],
+                    "o-", label=f"{r['method']} {r['name']}")
+        ax.set_xlabel("session ticks")
+        ax.set_ylabel("|Q - MC return| / target range")
+        ax.set_title("calibration in each target's own units", fontsize=8)
+    ax.legend(fontsize=6)
     fig.suptitle(f"critic vs Monte-Carlo truth: {res['task']}, {len(res['truth_states'])} states from "
                  f"{res['checkpoint']}", fontsize=9)
     fig.tight_layout()
@@ -804,6 +933,11 @@ def main(argv=None) -> int:
                     help="the separating probe: a fresh critic fitted to RUN_DIR's replay by Monte-Carlo regression "
                          "in the run's target units, scored like a checkpoint (repeat)")
     ap.add_argument("--fit-steps", type=int, default=4000, help="gradient steps of each --fit")
+    ap.add_argument("--fit-curve", action="append", default=[], metavar="NAME=RUN_DIR,RUN_DIR,...",
+                    help="the Monte-Carlo fit's data budget: these runs' replays pooled, fitted on --fit-fractions of "
+                         "their episodes, each scored (repeat)")
+    ap.add_argument("--fit-fractions", type=float, nargs="+", default=[0.25, 0.5, 1.0],
+                    help="the shares of the pooled training episodes of each --fit-curve budget")
     ap.add_argument("--fit-targets", nargs="+", default=["mc", "legacy", "chosen"], choices=list(FIT_TARGETS),
                     help="the value targets each --fit run is fitted with (FIT_TARGETS: mc = Monte-Carlo regression; "
                          "legacy = the pre-issue-61 target; terminal, offset, mean = one change each; chosen = today's "
@@ -842,6 +976,18 @@ def main(argv=None) -> int:
     for k in ("scenes", "continuations", "jobs", "exec_steps"):
         if getattr(args, k) < 1:
             ap.error(f"--{k.replace('_', '-')} must be >= 1")
+    curves = []
+    for spec in args.fit_curve:
+        name, sep, paths = spec.partition("=")
+        dirs = [d for d in paths.split(",") if d]
+        if not sep or not name or not dirs:
+            ap.error(f"--fit-curve wants NAME=RUN_DIR,RUN_DIR,..., got {spec!r}")
+        for d in dirs:
+            if not os.path.isdir(d):
+                ap.error(f"--fit-curve {spec}: no such directory {d!r}")
+        curves.append((name, dirs))
+    if any(not 0 < f <= 1 for f in args.fit_fractions):
+        ap.error("--fit-fractions must lie in (0, 1]")
     runs, fits = [], []
     for flag, specs, into in (("--run", args.run, runs), ("--fit", args.fit, fits)):
         for spec in specs:
@@ -869,6 +1015,8 @@ def main(argv=None) -> int:
     scored = [score_run(n, p, truth, args.min_spread) for n, p in runs]
     for n, p in fits:
         scored += fit_probe(n, p, truth, args.min_spread, args.fit_steps, args.fit_targets)
+    for n, ps in curves:
+        scored += fit_curve(n, ps, truth, args.min_spread, args.fit_steps, args.fit_fractions)
     summary: dict = {truth["task"]: {}}
     for r in scored:
         last = r["checkpoints"][-1] if r["checkpoints"] else {}
