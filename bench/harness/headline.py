@@ -259,25 +259,65 @@ TARGET_WORDS = (("time_limit", "time limit"), ("gamma_per_tick", "gamma per tick
 """The value-target fields a critic row names (`policies.common.sac_config.ValueTargetConfig`), in words."""
 
 
+def _critic_summary(res: dict) -> bool:
+    """`bench/critic_truth.py` layout: summary[task][method][setting] with `by_checkpoint` scores."""
+    s = res.get("summary")
+    return isinstance(s, dict) and bool(s) and all(
+        isinstance(m, dict) and all(isinstance(st, dict) and all(isinstance(x, dict) and "by_checkpoint" in x
+                                                                  for x in st.values()) for st in m.values())
+        for m in s.values())
+
+
+def _against(cps: list[dict]) -> str:
+    """What critics' median Spearman is read against: a random critic's 95% band where the round measured it (the
+    widest over ``cps``), and the truth's agreement with itself (split halves: the ceiling)."""
+    nulls = [cp["median_spearman_null95"] for cp in cps if cp.get("median_spearman_null95")]
+    band = (f"a random critic {signed(min(n[0] for n in nulls))} to {signed(max(n[1] for n in nulls))}; "
+            if nulls else "")
+    return f"{band}the truth against itself {signed(cps[-1]['split_half_spearman'])}"
+
+
 def critic_rows(results: pathlib.Path) -> list[Row]:
-    """Critics against Monte-Carlo truth (`bench/critic_truth.py`): median Spearman per value-target setting at
-    each kept checkpoint, against the truth's own split-half agreement (its ceiling)."""
-    name = "critic_truth.json"
-    res = load(results, name)
-    targets = {r["name"]: r.get("target", {}) for r in get(res, name, "runs")}
+    """Critics against Monte-Carlo truth (`bench/critic_truth.py`), every round in date order: each RL session's
+    critic per value-target setting at each kept checkpoint, and each set of offline fits (one critic per target, or
+    one per amount of data) in one row. The goal is a median Spearman >= 0.5."""
+    files = []
+    for path in results.glob("critic_truth*.json"):
+        res = json.loads(path.read_text())
+        if isinstance(res, dict) and _critic_summary(res):
+            files.append((_date(res), path.name, res))
+    if not files:
+        raise LayoutError("bench/results/critic_truth*.json: no file with the summary layout this row reads")
     rows = []
-    for task, methods in get(res, name, "summary").items():
-        for method, settings in methods.items():
-            for setting, s in settings.items():
-                cps = s["by_checkpoint"]
-                t = targets.get(setting, {})
-                desc = ", ".join(f"{word} {t[key]}" for key, word in TARGET_WORDS if t.get(key) is not None)
-                rows.append((f"{method} critic vs Monte-Carlo truth, {task}, `{setting}` target ({desc}): median "
-                             f"Spearman over {cps[-1]['decision_states_used']} decision states, at "
-                             f"{' / '.join(kilo(c['ticks']) for c in cps)} ticks",
-                             " / ".join(signed(c["median_spearman"]) for c in cps),
-                             f"the truth against itself {signed(cps[-1]['split_half_spearman'])}",
-                             source(results, name, res)))
+    for _, name, res in sorted(files, key=lambda t: (t[0], t[1])):
+        runs = {r["name"]: r for r in res.get("runs", [])}
+        for task, methods in res["summary"].items():
+            for method, settings in methods.items():
+                last = [s["by_checkpoint"][-1] for s in settings.values()]
+                where = f"{task}, {last[0]['decision_states_used']} decision states"
+                if method.endswith("offline fit"):  # one critic per value target, or per amount of data
+                    scores, replays, fit_targets = [], set(), set()
+                    for setting, s in settings.items():
+                        cp, run = s["by_checkpoint"][-1], runs.get(setting, {}).get("run", [])
+                        if ":" in setting:  # RUN:TARGET, one fit per value target
+                            label = setting.split(":", 1)[1]
+                        else:  # NAME@N, one fit per amount of data
+                            label = f"{cp['fit']['transitions']} transitions"
+                            fit_targets.add(cp["fit"]["target"])
+                        scores.append(f"{label} {signed(cp['median_spearman'])}")
+                        replays |= {pathlib.PurePath(r).name for r in ([run] if isinstance(run, str) else run)}
+                    fitted = f" (target {', '.join(sorted(fit_targets))})" if fit_targets else ""
+                    rows.append((f"{method} critics{fitted} vs Monte-Carlo truth ({where}) on the replay of "
+                                 f"{', '.join(f'`{r}`' for r in sorted(replays))}: median Spearman",
+                                 ", ".join(scores), _against(last), source(results, name, res)))
+                    continue
+                for setting, s in settings.items():
+                    cps, t = s["by_checkpoint"], runs.get(setting, {}).get("target", {})
+                    desc = ", ".join(f"{word} {t[key]}" for key, word in TARGET_WORDS if t.get(key) is not None)
+                    rows.append((f"{method} critic vs Monte-Carlo truth ({where}), session `{setting}` (target: "
+                                 f"{desc}): median Spearman at {' / '.join(kilo(c['ticks']) for c in cps)} ticks",
+                                 " / ".join(signed(c["median_spearman"]) for c in cps), _against(cps),
+                                 source(results, name, res)))
     return rows
 
 
