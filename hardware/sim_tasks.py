@@ -428,7 +428,7 @@ class TurnedPickTask(PickTask):
     With ``neighbour`` (a cube), that cube stands ``NEIGHBOUR_GAP`` from ``cube``, face to face, along one of
     ``cube``'s two face axes (the axis and the side drawn from the scene seed). The fingers open 8 cm across one
     face pair of a 4.5 cm cube: across the neighbour's axis a finger comes down on the neighbour. Measured
-    (``bench/expert_modes.py``): in this simulator the finger tips the 50 g neighbour over and the blocked turn
+    (``bench/archive/expert_modes.py``): in this simulator the finger tips the 50 g neighbour over and the blocked turn
     still lifts the cube, while the free turn never touches the neighbour. So with a neighbour the task is "pick up
     the cube without knocking its neighbour over": success also needs the neighbour standing, its body z axis
     within ``UPRIGHT_DEG`` of vertical (a state predicate: a tipped cube lies on a side face). Only one turning
@@ -552,8 +552,8 @@ def _variant(base: Task, cls: type, name: str, **fields) -> Task:
 TASKS.update({t.name: t for t in (
     _variant(TASKS["pick_red_cube"], TurnedPickTask, "pick_red_cube_yaw45"),
     _variant(TASKS["pick_red_cube"], TurnedPickTask, "pick_red_cube_crowded", neighbour="blue_cube"),
-    # the neighbour 3 cm off a face: both turns fit (bench/expert_modes.py, gap 3 cm: 20/20 each, nothing tipped),
-    # so demonstrations in both turns show a token-conditioned VLA a neighbour beside the cube
+    # the neighbour 3 cm off a face: both turns fit (bench/archive/expert_modes.py, gap 3 cm: 20/20 each, nothing
+    # tipped), so demonstrations in both turns show a token-conditioned VLA a neighbour beside the cube
     _variant(TASKS["pick_red_cube"], TurnedPickTask, "pick_red_cube_near", neighbour="blue_cube", gap=0.03),
 )})
 

@@ -2,9 +2,9 @@
 """Does one macro-step's residual change the outcome, and does the residual agent's critic rank residuals as the
 truth does? Monte-Carlo Q over residuals vs the critic, at states of the run's own policy (issue 32).
 
-``bench/residual_critic.py`` found that a residual session's critic ranks *states* by their outcome as well as a
+``bench/archive/residual_critic.py`` found that a residual session's critic ranks *states* by their outcome as well as a
 Monte-Carlo regression does. The actor needs more: Q must rank *residuals at a state*. This bench measures that
-against the truth, as ``bench/dsrl_qtruth.py`` does for DSRL's noise:
+against the truth, as ``bench/archive/dsrl_qtruth.py`` does for DSRL's noise:
 
 1. For ``--scenes`` evaluation scenes (``vla rl``'s seeds, 200000 ...) and each branch point ``--branch-steps``
    (macro-steps into the episode), run the run's policy (its deterministic residual on the base VLA, the base's

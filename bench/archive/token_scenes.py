@@ -8,7 +8,7 @@ It writes ``bench/archive/results/<name>.json`` and ``<name>.png`` (default name
 What the selector of ``vla rl --method extoken`` can gain before any RL: the token-conditioned VLA is rolled out on the
 same ``pick_red_cube_crowded`` scenes (the RL sessions' evaluation seeds by default) under every token held for the
 whole episode (as ``vla eval --token K`` runs it: chunk execution ``--exec-steps 4``, the same noise per episode seed
-under every token), and by the token-free baseline. Each scene is labelled with its free grasp turn, read off the layout the way ``bench/expert_modes.py`` does
+under every token), and by the token-free baseline. Each scene is labelled with its free grasp turn, read off the layout the way ``bench/archive/expert_modes.py`` does
 (the turn whose finger axis does not land on the neighbour). Each token's turn comes from the tokens file's purity
 table (``vla tokens --purity-field expert_mode``). Reported:
 

@@ -198,8 +198,8 @@ def main(argv=None) -> int:
     ap.add_argument("--scenes", type=int, default=20, help="evaluation scenes per task")
     ap.add_argument("--streams", type=int, default=16, help="noise streams (episodes) per scene")
     ap.add_argument("--noise", default="gauss1", choices=list(NOISES),
-                    help="what each stream draws per chunk (bench/vla_noise_scale.py's distributions; default N(0, I), "
-                         "the base VLA's)")
+                    help="what each stream draws per chunk (bench/archive/vla_noise_scale.py's distributions; "
+                         "default N(0, I), the base VLA's)")
     ap.add_argument("--seed-start", type=int, default=200_000, help="first evaluation seed (`vla rl`'s)")
     ap.add_argument("--jobs", type=int, default=2, help="worker processes, one sim bridge each")
     ap.add_argument("--port0", type=int, default=5800, help="worker j's bridge uses ports port0 + 20 j ...")

@@ -63,7 +63,7 @@ than a quality (the multi-modal demos of ExToken's token prior: ``vla record --e
 
 ``mode`` holds the episode's mode (``ccw`` / ``cw`` for ``random``); ``describe()`` and ``last_info`` carry
 it. ``hardware.sim_tasks`` has scenes made for the modes (``pick_red_cube_yaw45``,
-``pick_red_cube_crowded``; ``bench/expert_modes.py`` measures them).
+``pick_red_cube_crowded``; ``bench/archive/expert_modes.py`` measures them).
 
 The non-fatal knobs are absorbed by the closed loop (retries, re-approaches, redoing a place
 that did not hold), so the success rate follows the mistake rate: expected success ~=
