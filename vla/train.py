@@ -49,7 +49,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from vla.models import last_checkpoint, resolve_checkpoint  # noqa: F401 (also re-exported: bench/ scripts import them here)
+from vla.models import last_checkpoint, resolve_checkpoint
 from vla.train_config import MODES, TrainConfig  # noqa: F401 (re-exported)
 
 
