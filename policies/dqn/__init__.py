@@ -3,7 +3,7 @@
 Not in ``policies.REGISTRY``: the ``Agent`` interface is built around a VLA (it acts through the
 VLA's steering handles and executes continuous action chunks in the VLA's normalised units),
 while DQN owns its whole network and picks one of a few discrete key sets. So DQN is its own
-module with its own training loop, run by ``bench/archive/rig_gap.py`` and ``vla rig agent``:
+module with its own training loop, run by ``bench/rig_gap.py`` and ``vla rig agent``:
 
 * ``policies.dqn.config``: ``DQNConfig`` (frozen dataclass, documented fields; no torch);
 * ``policies.dqn.preprocess``: frame preprocessing (rectify, grey, resize 84 x 84, stack 4) and

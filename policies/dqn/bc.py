@@ -22,7 +22,7 @@ LEFT / RIGHT on a board with no ball in play (4,280 of a game's 4,500 decisions 
 and paddle positions out of the student's hidden layer): without it the Pong student stayed at
 chance (cross-entropy ln 3) through 15,000 gradient steps, with it Pong reaches 46% (Breakout 46%).
 
-Two more for fine-tuning on the rig (``bench/archive/rig_gap.py``'s fixes): ``action_history`` (the student also
+Two more for fine-tuning on the rig (``bench/rig_gap.py``'s fixes): ``action_history`` (the student also
 reads its own last actions: the rig's picture predates the last key, so the pictures alone are not the
 state the teacher labels) and ``cotrain_steps`` (emulation samples kept beside the few thousand rig
 samples, a share of every batch). And ``label_at_key``: the teacher labels the state its key will meet

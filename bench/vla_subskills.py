@@ -20,23 +20,22 @@ sub-skill's instruction in turn, moving on when that sub-skill is done (the same
 pick once its cube is held above the carry height where the labels switch) or ``--budget`` ticks pass;
 success is the task's own predicate. It is the ceiling of a prompt policy with a privileged terminator.
 
-Writes ``bench/archive/results/<name>.json`` (per sub-skill: successes, 95% interval, the hand-over tick,
+Writes ``bench/results/<name>.json`` (per sub-skill: successes, 95% interval, the hand-over tick,
 every episode) and ``.png`` (success per sub-skill instruction with its interval).
 
-    .venv/bin/python -m bench.archive.vla_subskills --checkpoint vla/checkpoints/base --episodes 20 --jobs 2
+    .venv/bin/python -m bench.vla_subskills --checkpoint vla/checkpoints/base --episodes 20 --jobs 2
 """
 
 from __future__ import annotations
 
-import argparse
 import datetime as _dt
-import json
 import os
 import pathlib
 import sys
 import time
 
-from bench.harness.results import ROOT  # noqa: E402
+from bench.harness import flags  # noqa: E402
+from bench.harness.results import write_result  # noqa: E402
 
 import numpy as np  # noqa: E402
 
@@ -222,8 +221,7 @@ def plot(rows: list[dict], path: pathlib.Path, title: str, target: float) -> Non
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
-                                 formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__.split("\n\n", 1)[1])
+    ap = flags.parser("vla_subskills", __doc__.split("\n\n")[0], out=False, epilog=__doc__.split("\n\n", 1)[1])
     ap.add_argument("--checkpoint", required=True, help="a `vla train` run or checkpoint")
     ap.add_argument("--task", action="append", dest="tasks",
                     help=f"a sim task made of sub-skills (repeat; default {', '.join(DEFAULT_TASKS)})")
@@ -233,13 +231,13 @@ def main(argv=None) -> int:
     ap.add_argument("--seed-start", type=int, default=100_000, help="first scene seed (default 100000, `vla eval`'s)")
     ap.add_argument("--exec-steps", type=int, default=None, help="chunk rows per re-plan (default: temporal ensembling)")
     ap.add_argument("--jobs", type=int, default=2, help="worker processes, one sim bridge each")
-    ap.add_argument("--port0", type=int, default=6500, help="worker j's bridge uses ports port0 + 20 j ...")
+    flags.add_port0(ap)
     ap.add_argument("--chain", action="store_true",
                     help="the hand-written prompt sequence instead: from the scene's start the VLA gets each sub-skill's "
                          "instruction in turn (next one when the PRIVILEGED done predicate fires or --budget ticks "
                          "pass); success is the task's. SARL's upper bound with a privileged terminator")
     ap.add_argument("--target", type=float, default=0.8, help="the line drawn on the plot (issue 28: 0.8)")
-    ap.add_argument("--out", type=pathlib.Path, default=ROOT / "bench" / "archive" / "results")
+    flags.add_out(ap)
     ap.add_argument("--name", default="vla_subskills", help="result file names: OUT/NAME.json and .png")
     args = ap.parse_args(argv)
     if args.episodes < 1 or args.jobs < 1 or args.budget < 1:
@@ -275,8 +273,7 @@ def main(argv=None) -> int:
                         "privileged done predicate or the budget (k = -1 rows)" if args.chain else
                         "the scripted expert (privileged oracle) carries out the sub-skills before k"),
            "jobs": jobs, "wall_s": time.perf_counter() - t0, "subskills": rows, "episodes": episodes}
-    with open(args.out / f"{args.name}.json", "w") as f:
-        json.dump(out, f, indent=1)
+    write_result(args.out / f"{args.name}.json", out, "vla_subskills", argv, False, indent=1)
     plot(rows, args.out / f"{args.name}.png",
          f"{os.path.basename(os.path.normpath(args.checkpoint))}: "
          + ("the sub-skill prompts in order, from the start" if args.chain else "each sub-skill from where it starts")

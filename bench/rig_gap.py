@@ -12,7 +12,7 @@ the emulated rig, with each of the rig's failure sources switched off in turn, a
 2. **Gap**: the agent plays ``--eval-games`` games (epsilon ``--epsilon``, Nature's 5-minute cap of
    18000 frames) in emulation and through the emulated rig (``hardware.virtual_rig.VirtualRig``: the
    four-process rig's screen, camera and key path on a simulated clock, its noise the sim-rig
-   camera's and the measured key path of ``bench/archive/results/rig.json``), and through the rig with one
+   camera's and the measured key path of ``bench/results/rig.json``), and through the rig with one
    failure source off at a time (``rig-no-<source>``: latency, jitter, perspective, blur_noise,
    lighting) and all of them off (``rig-clean``). A source's share of the gap is what switching it
    off wins back. ``emulation-single-frame``: emulation with the step's last frame alone instead of the
@@ -57,15 +57,14 @@ random 1.7, human 31.8. The rig on a simulated clock was checked against the rea
 
 Every trained agent and every scored condition is kept in ``--work`` (default runs/rig_gap) and
 reused: a killed run continues where it stopped, and adding ``--seeds`` or ``--conditions`` runs only
-what is new. Writes ``bench/archive/results/rig_gap.json`` and ``rig_gap.png``. The full study:
+what is new. Writes ``bench/results/rig_gap.json`` and ``rig_gap.png``. The full study:
 
-    .venv/bin/python -m bench.archive.rig_gap --games pong breakout --seeds 0 1 2 --ablation-seeds 0 --eval-games 10 \\
+    .venv/bin/python -m bench.rig_gap --games pong breakout --seeds 0 1 2 --ablation-seeds 0 --eval-games 10 \\
         --rounds 7 pong=9 --fixes dagger-rig dagger-rig-history dagger-rig-cotrain --fix-conditions rig --jobs 2
 """
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import datetime as _dt
 import json
@@ -76,7 +75,8 @@ import sys
 import tempfile
 import time
 
-from bench.harness.results import ROOT  # noqa: E402
+from bench.harness import flags  # noqa: E402
+from bench.harness.results import ROOT, write_result  # noqa: E402
 
 import numpy as np  # noqa: E402
 
@@ -499,9 +499,7 @@ def plot(res: dict, path: pathlib.Path) -> None:
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
-                                 formatter_class=argparse.RawDescriptionHelpFormatter,
-                                 epilog=__doc__.split("\n\n", 1)[1])
+    ap = flags.parser("rig_gap", __doc__.split("\n\n")[0], out=False, epilog=__doc__.split("\n\n", 1)[1])
     ap.add_argument("--quick", action="store_true", help="a tiny budget, about a minute (the test)")
     ap.add_argument("--games", nargs="+", default=["pong", "breakout"], choices=sorted(CONSTANTS))
     ap.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2], help="agent seeds (default 0 1 2)")
@@ -548,7 +546,7 @@ def main(argv=None) -> int:
                          "rig reading the RAM at its key's tick (default 10; 0: none)")
     ap.add_argument("--jobs", type=int, default=1, help="processes (one thread each; default 1)")
     ap.add_argument("--work", default=None, help="agents and scores (default runs/rig_gap; quick: a temp dir)")
-    ap.add_argument("--out", type=pathlib.Path, default=ROOT / "bench" / "archive" / "results")
+    flags.add_out(ap)
     ap.add_argument("--name", default="rig_gap", help="result file name: OUT/NAME.json and .png (default rig_gap)")
     args = ap.parse_args(argv)
     if args.eval_games < 1 or args.max_steps < 1 or args.jobs < 1 or args.fix_history < 1 or args.fix_cotrain < 1:
@@ -677,7 +675,7 @@ def main(argv=None) -> int:
     res["compute_s"] = round(sum(t["wall_s"] for t in trained) + sum(s["wall_s"] for s in scores)
                              + sum(t["wall_s"] for t in teacher), 1)
     args.out.mkdir(parents=True, exist_ok=True)
-    _write_json(res, str(args.out / f"{args.name}.json"))
+    write_result(args.out / f"{args.name}.json", res, "rig_gap", argv, args.quick, indent=1)
     plot(res, args.out / f"{args.name}.png")
     tmp.cleanup()
     for g, r in res["games"].items():
