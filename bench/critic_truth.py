@@ -747,6 +747,62 @@ def fit_curve(name: str, runs: list[str], truth: dict, min_spread: float, steps:
     return out
 
 
+def fit_truth_loso(truth: dict, min_spread: float, steps: int, num_critics: int = 10,
+                   hidden: tuple[int, ...] = (256, 256), seed: int = 0) -> list[dict]:
+    """Data that varies the action where it matters: a critic (the sessions' widths) fitted to the truth's own
+    candidates -- (VLA features, chunk) -> Monte-Carlo success rate, 8 chunks x their continuations at each decision
+    state -- leaving one scene out at a time and scored at the left-out scene's states. If this ranks where the
+    sessions' replays did not, what they lack is action contrast at the decision states; if it does not, these
+    inputs do not carry the chunk's effect there (or a few scenes are too few to learn it from)."""
+    import torch
+    from tqdm import tqdm
+
+    from policies.common.sac import EnsembleCritic
+
+    torch.set_num_threads(1)
+    E = truth["exec_steps"]
+    u = FIT_TARGETS["mc"]
+    states = truth["states"]
+    effects = [candidate_effect(np.asarray(st["success"], float)) for st in states]
+    scenes = sorted({st["scene"] for st in states})
+    if len(scenes) < 2:
+        raise SystemExit(f"--fit-truth leaves one scene out at a time: the truth holds {len(scenes)} scene(s), it needs 2")
+    q_of: dict = {}
+    t0 = time.perf_counter()
+    for scene in tqdm(scenes, desc="leave one scene out", leave=False):
+        train = [st for st in states if st["scene"] != scene]
+        f = np.concatenate([np.repeat(np.asarray(st["feat"], np.float32)[None], len(st["chunks"]), 0) for st in train])
+        c = np.concatenate([np.asarray(st["chunks"], np.float32).reshape(len(st["chunks"]), -1) for st in train])
+        y = np.concatenate([np.asarray(st["success"], float).mean(1) for st in train]).astype(np.float32)
+        f, c, y = map(torch.from_numpy, (f, c, y))
+        rng = np.random.default_rng(seed)
+        torch.manual_seed(seed)
+        critic = EnsembleCritic(f.shape[1], c.shape[1], num_critics, hidden)
+        opt = torch.optim.Adam(critic.parameters(), lr=3e-4)
+        for _ in range(steps):
+            i = torch.from_numpy(rng.choice(len(y), min(256, len(y))))
+            loss = ((critic(f[i], c[i]) - y[i][None]) ** 2).mean(1).sum()
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
+            opt.step()
+        for k, st in enumerate(states):
+            if st["scene"] == scene:
+                fs = torch.tensor(st["feat"], dtype=torch.float32)[None]
+                cs = torch.tensor(st["chunks"], dtype=torch.float32)
+                with torch.no_grad():
+                    q_of[k] = critic(fs.expand(len(cs), -1), cs.reshape(len(cs), -1)).mean(0).numpy()
+    keyed = {id(st): k for k, st in enumerate(states)}
+    per_state = score_states(lambda st: (q_of[keyed[id(st)]], None), truth, effects, u, E)
+    point = {"ticks": None, **aggregate(per_state, min_spread),
+             "fit": {"target": "mc success rate", "steps": steps, "scenes": len(scenes), "samples_per_fit":
+                     int(sum(len(st["chunks"]) for st in states) * (len(scenes) - 1) / len(scenes)),
+                     "wall_s": round(time.perf_counter() - t0, 1)},
+             "states": per_state}
+    print(f"  truth leave-one-scene-out fit ({len(scenes)} scenes): median Spearman {fmt(point['median_spearman'])}, "
+          f"where it matters {fmt(point['median_spearman_where_it_matters'])}", flush=True)
+    return [{"name": "truth-loso", "run": None, "method": "truth offline fit", "target": u, "checkpoints": [point]}]
+
+
 def ensemble_value(critic, s, a, mode: str, subset: int, gen) -> "torch.Tensor":
     """The target ensemble's value reduced as ``policies.common.sac.ensemble_target`` does."""
     import torch
@@ -839,7 +895,7 @@ def plot(res: dict, path: pathlib.Path) -> None:
     sessions = [r for r in res["runs"] if "fit" not in r["method"]]
     offline = [r for r in res["runs"] if r["method"].endswith("offline fit") and not r["method"].startswith("pooled")]
     pooled = [r for r in res["runs"] if r["method"] == "pooled offline fit"]
-    panels = [p for p in (sessions, offline) if p] + [pooled or sessions]
+    panels = [p for p in (sessions, offline) if p] + ([pooled or sessions] if pooled or sessions else [])
     fig, axes = plt.subplots(1, len(panels), figsize=(5.2 * len(panels), 4.4), squeeze=False)
     axes = list(axes[0])
     null = next((c.get("median_spearman_null95") for r in res["runs"] for c in r["checkpoints"]
@@ -877,10 +933,12 @@ def plot(res: dict, path: pathlib.Path) -> None:
                label="where the candidate matters")
         guides(ax)
         ax.set_xticks(x, [r["name"] for r in offline], rotation=60, ha="right", fontsize=6)
-        ax.set_title("offline fits on a session's replay, by value target", fontsize=8)
+        ax.set_title("offline fits: a replay by value target (truth-loso: the truth's own candidates)", fontsize=8)
         ax.legend(fontsize=6)
-    ax = axes[k]
-    if pooled:
+    ax = axes[k] if k < len(axes) else None
+    if ax is None:
+        pass
+    elif pooled:
         ax.plot([r["checkpoints"][0]["fit"]["transitions"] for r in pooled],
                 [val(r["checkpoints"][0], "median_spearman") for r in pooled], "o-", label="all decision states")
         ax.plot([r["checkpoints"][0]["fit"]["transitions"] for r in pooled],
@@ -896,7 +954,8 @@ def plot(res: dict, path: pathlib.Path) -> None:
         ax.set_xlabel("session ticks")
         ax.set_ylabel("|Q - MC return| / target range")
         ax.set_title("calibration in each target's own units", fontsize=8)
-    ax.legend(fontsize=6)
+    if ax is not None:
+        ax.legend(fontsize=6)
     fig.suptitle(f"critic vs Monte-Carlo truth: {res['task']}, {len(res['truth_states'])} states from "
                  f"{res['checkpoint']}", fontsize=9)
     fig.tight_layout()
@@ -936,6 +995,9 @@ def main(argv=None) -> int:
     ap.add_argument("--fit-curve", action="append", default=[], metavar="NAME=RUN_DIR,RUN_DIR,...",
                     help="the Monte-Carlo fit's data budget: these runs' replays pooled, fitted on --fit-fractions of "
                          "their episodes, each scored (repeat)")
+    ap.add_argument("--fit-truth", action="store_true",
+                    help="also fit a critic to the truth's own candidates, leaving one scene out at a time (data that "
+                         "varies the action at the decision states), scored at the left-out scene")
     ap.add_argument("--fit-fractions", type=float, nargs="+", default=[0.25, 0.5, 1.0],
                     help="the shares of the pooled training episodes of each --fit-curve budget")
     ap.add_argument("--fit-targets", nargs="+", default=["mc", "legacy", "chosen"], choices=list(FIT_TARGETS),
@@ -1017,6 +1079,8 @@ def main(argv=None) -> int:
         scored += fit_probe(n, p, truth, args.min_spread, args.fit_steps, args.fit_targets)
     for n, ps in curves:
         scored += fit_curve(n, ps, truth, args.min_spread, args.fit_steps, args.fit_fractions)
+    if args.fit_truth:
+        scored += fit_truth_loso(truth, args.min_spread, args.fit_steps)
     summary: dict = {truth["task"]: {}}
     for r in scored:
         last = r["checkpoints"][-1] if r["checkpoints"] else {}

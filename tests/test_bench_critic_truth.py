@@ -64,6 +64,21 @@ def test_bench_critic_truth_quick(tmp_path):
     assert s["calibration_error"] >= 0 and len(s["by_checkpoint"]) == len(ticks)
     assert (out / "ct.png").stat().st_size > 10_000
     assert str(tmp_path) not in (out / "ct.json").read_text()  # no machine paths
+    # --fit-truth: one scene left out at a time (a second scene made from the first: the fit's path, not its figure)
+    two = dict(truth)
+    two["states"] = truth["states"] + [{**st, "scene": st["scene"] + 1} for st in truth["states"]]
+    (out / "two_truth.json").write_text(json.dumps(two))
+    r = subprocess.run([sys.executable, "-m", "bench.critic_truth", "--truth", str(out / "two_truth.json"),
+                        "--fit-truth", "--fit-steps", "5", "--out", str(out), "--name", "loso"],
+                       cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
+    (loso,) = json.loads((out / "loso.json").read_text())["runs"]
+    assert loso["method"] == "truth offline fit" and loso["checkpoints"][0]["fit"]["scenes"] == 2
+    assert len(loso["checkpoints"][0]["states"]) == 2 * len(states)
+    r = subprocess.run([sys.executable, "-m", "bench.critic_truth", "--truth", str(out / "ct_truth.json"),
+                        "--fit-truth", "--out", str(out), "--name", "loso1"], cwd=ROOT, capture_output=True,
+                       text=True, timeout=300)
+    assert r.returncode == 1 and "it needs 2" in r.stderr and "Traceback" not in r.stderr
     # the same rollouts pooled twice would double-count them: refused, naming the state
     r = subprocess.run([sys.executable, "-m", "bench.critic_truth", "--truth", str(out / "ct_truth.json"),
                         str(out / "ct_truth.json"), "--out", str(out), "--name", "dup"],

@@ -295,6 +295,16 @@ def critic_rows(results: pathlib.Path) -> list[Row]:
             for method, settings in methods.items():
                 last = [s["by_checkpoint"][-1] for s in settings.values()]
                 where = f"{task}, {last[0]['decision_states_used']} decision states"
+                if method == "truth offline fit":  # the truth's own candidates, one scene left out at a time
+                    for s in settings.values():
+                        cp = s["by_checkpoint"][-1]
+                        rows.append((f"critic fitted to the truth's own candidates, one of {cp['fit']['scenes']} "
+                                     f"scenes left out at a time ({where}): median Spearman, and where the "
+                                     "candidate matters",
+                                     f"{signed(cp['median_spearman'])}; "
+                                     f"{signed(cp.get('median_spearman_where_it_matters'))}",
+                                     _against([cp]), source(results, name, res)))
+                    continue
                 if method.endswith("offline fit"):  # one critic per value target, or per amount of data
                     scores, replays, fit_targets = [], set(), set()
                     for setting, s in settings.items():
