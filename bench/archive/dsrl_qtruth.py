@@ -1,7 +1,7 @@
 #!/usr/bin/env python
 """Does the noise matter at a state, and does DSRL's critic know it? Monte-Carlo Q over noises vs the critic.
 
-DSRL's actor follows the gradient of its noise critic Q^W(s, w). Round 7 (bench/archive/results/README.md) saw
+DSRL's actor follows the gradient of its noise critic Q^W(s, w). Round 7 (bench/results/README.md) saw
 that critic's spread over noises at fixed states collapse while the success rate stayed near the base
 VLA's. Two explanations predict the same curves: (a) at the states the policy visits the first chunk's
 noise barely changes the outcome (nothing to learn), or (b) it does, and the critic fails to learn it.

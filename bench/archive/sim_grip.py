@@ -2,7 +2,7 @@
 """Does the simulated Panda hold a grasped cube? The cube's slide in the closed fingers, per contact setting.
 
 For each contact setting of ``hardware.sim_franka`` (MuJoCo's defaults, pyramidal friction cones with impratio 1,
-the scene every figure before bench/archive/results/vla_sft round 22 was measured on; and elliptic cones with impratio 10,
+the scene every figure before bench/results/vla_sft/README.md round 22 was measured on; and elliptic cones with impratio 10,
 the default since) and each scene seed, the scripted expert picks the red cube of ``pick_red_cube`` and lifts it
 above 10 cm. Then the arm holds that pose for ``--hold-ticks`` control ticks (0.1 s each) with the gripper
 commanded to each opening of ``--openings`` (0: shut, as every demonstration holds a cube; 0.45: an opening a

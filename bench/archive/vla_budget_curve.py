@@ -1,12 +1,12 @@
 #!/usr/bin/env python
 """Success of a `vla train` recipe against its training budget: optimiser steps and demos per task.
 
-Reads a round file of ``bench/archive/results/vla_sft/`` (``roundN.json``, written from the runs' own
+Reads a round file of ``bench/results/vla_sft/`` (``roundN.json``, written from the runs' own
 ``train_config.json`` / ``train_summary.json`` and their ``bench/vla_confusion.py`` results) and plots, per
 task and pooled, the success of the runs that differ from the round's first run only in steps or in demos
 (with 95% Wilson intervals), so the budget a target needs can be read off, or its absence seen.
 
-    .venv/bin/python -m bench.archive.vla_budget_curve --round bench/archive/results/vla_sft/round15.json
+    .venv/bin/python -m bench.archive.vla_budget_curve --round bench/results/vla_sft/round15.json
 """
 
 from __future__ import annotations
@@ -96,7 +96,7 @@ TARGETS = {"pick_red_cube": 0.85, "pick_blue_cube": 0.85, "lift_green_cube": 0.8
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--round", type=pathlib.Path, required=True, help="bench/archive/results/vla_sft/roundN.json")
+    ap.add_argument("--round", type=pathlib.Path, required=True, help="bench/results/vla_sft/roundN.json")
     args = ap.parse_args(argv)
     rnd = json.loads(args.round.read_text())
     pts = points(rnd)
