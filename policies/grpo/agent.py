@@ -4,7 +4,8 @@ One update, top to bottom (``GRPOAgent._update``):
 
 1. The session runs ``group_size`` training episodes from one scene (``episodes_per_scene``: the same seed), the VLA
    acting through its stochastic sampler (``sample_actions_stochastic``: Gaussian denoising steps of std ``sigma``),
-   each macro-step keeping the observation, the sampled chain and its per-step log-probabilities. An episode's reward
+   each macro-step keeping the observation, the sampled chain and its per-step log-probabilities (and the VLA's
+   ``frozen_features`` where it has them: the update then never runs the frozen vision trunk again). An episode's reward
    is binary: the task's success.
 2. After ``groups_per_update`` groups: each group's advantages A_i = (R_i - mean R) / (std R + delta). A group whose
    rewards are all equal has no signal (``usable`` counts the others).
@@ -30,6 +31,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 import os
+import time
 from typing import Any
 
 import numpy as np
@@ -85,6 +87,9 @@ class Step:
     chain: torch.Tensor
     logp: torch.Tensor
     token: int | None = None
+    features: dict[str, torch.Tensor] | None = None
+    """The VLA's ``frozen_features`` of ``obs`` (the compact VLA's trunk maps), kept so that the update does not run
+    the frozen trunk again for every epoch and for the reference (None: the VLA has nothing to cache)."""
 
 
 @dataclasses.dataclass
@@ -108,6 +113,14 @@ def batch_steps(steps: list[Step], instructions: list[str]) -> tuple[dict[str, A
     obs = {"images": {c: np.concatenate([s.obs["images"][c] for s in steps]) for c in cams},
            "state": np.concatenate([s.obs["state"] for s in steps]), "instruction": list(instructions)}
     return obs, torch.stack([s.chain for s in steps]), torch.stack([s.logp for s in steps])
+
+
+def batch_features(steps: list[Step]) -> dict[str, Any]:
+    """The macro-steps' cached frozen features as ``chain_logprob``'s keyword (``{"features": {key: [B, ...]}}``),
+    or no keyword when any step lacks them (the VLA recomputes everything)."""
+    if any(s.features is None for s in steps):
+        return {}
+    return {"features": {k: torch.cat([s.features[k] for s in steps]) for k in steps[0].features}}
 
 
 def step_tokens(steps: list[Step]) -> torch.Tensor | None:
@@ -153,6 +166,7 @@ class GRPOAgent(Agent):
         self._clip_history: list[float] = []
         self._clip_c: float | None = None
         self._relabels_log: dict[str, Any] = {}
+        self._t_rollouts: float | None = None
         self.totals = {"groups": 0, "usable_task": 0, "usable_any": 0, "relabel_tried": 0, "relabel_nothing": 0,
                        "relabel_usable": 0}
 
@@ -195,6 +209,8 @@ class GRPOAgent(Agent):
     def begin_episode(self, obs: dict, info: dict, learn: bool = False) -> None:
         self._rollout = Rollout(instruction=str(obs["instruction"])) if learn else None
         if learn:
+            if not self._groups and not self._group:  # the first rollout of an update's groups
+                self._t_rollouts = time.perf_counter()
             self._note(obs, info)
 
     def act_chunk(self, aobs: dict[str, Any], rng: np.random.Generator, warmup: bool, deterministic: bool = False,
@@ -205,10 +221,14 @@ class GRPOAgent(Agent):
         token = self.chunk_token(batch, generator)
         with torch.no_grad():
             if self._rollout is not None:
+                # a duck-typed VLA may not offer one
+                cache = getattr(self.policy, "frozen_features", None) if self.cfg.cache_features else None
+                feats = cache(batch) if cache is not None else None
                 s = self.policy.sample_actions_stochastic(batch, token=token, sigma=self.cfg.sigma,
-                                                          generator=self.generator)
+                                                          generator=self.generator,
+                                                          **({} if feats is None else {"features": feats}))
                 self._rollout.steps.append(Step(obs=batch, chain=s.chain[0].float(), logp=s.logprob[0].float(),
-                                                token=token))
+                                                token=token, features=feats))
                 chunk = self.policy.clip_normalized_actions(s.chain[0, -1])
                 if self._rollout.first_chunk is None:
                     self._rollout.first_chunk = chunk[: self.exec_steps].float().numpy().copy()
@@ -249,7 +269,14 @@ class GRPOAgent(Agent):
             self._groups.append(self._group)
             self._group = []
         if len(self._groups) == self.cfg.groups_per_update:
-            return self._update()
+            t0 = time.perf_counter()
+            info = self._update()
+            # the cost of an update (issue 64): its rollouts (acting, the robot, and whatever the session ran between
+            # them: evaluations too) and the update itself, in seconds of this process's wall clock
+            info["time/update_s"] = time.perf_counter() - t0
+            if self._t_rollouts is not None:
+                info["time/rollouts_s"] = t0 - self._t_rollouts
+            return info
         return {}
 
     def update(self, online, demo, rng: np.random.Generator) -> dict[str, float]:
@@ -341,8 +368,9 @@ class GRPOAgent(Agent):
             **self.diversity(groups),
         }
         self.updates += 1
-        if not items:
+        if not items:  # no group had a signal: nothing to learn from
             info["losses/policy"] = 0.0
+            info["diag/macro_steps"] = 0.0
             self._relabels_log = {"relabels": relabels} if cfg.hindsight != "off" else {}
             return info
         ref_cache: dict[int, torch.Tensor] = {}  # the base's log-probabilities per item (the KL's pi_ref), once
@@ -355,15 +383,18 @@ class GRPOAgent(Agent):
                 idx = order[lo: lo + cfg.minibatch]
                 mb = [items[i] for i in idx]
                 obs, chain, old = batch_steps([m[0] for m in mb], [m[2] for m in mb])
+                # the frozen trunk's maps from the rollout (the policy's frozen part is the reference's: a copy
+                # that is never trained), so neither pass below runs it again
+                feats = batch_features([m[0] for m in mb])
                 tok = step_tokens([m[0] for m in mb])  # the rollouts' own tokens, for pi_theta and pi_ref alike
                 adv = torch.tensor([m[1] for m in mb])
                 hind = torch.tensor([m[3] for m in mb])
                 mask = (old != 0).float()  # the deterministic last step has no log-probability
-                new = self.policy.chain_logprob(obs, chain, token=tok, sigma=cfg.sigma)
+                new = self.policy.chain_logprob(obs, chain, token=tok, sigma=cfg.sigma, **feats)
                 if not all(int(i) in ref_cache for i in idx):  # the first epoch: every item once
                     with torch.no_grad():
                         ref_cache.update(zip(map(int, idx), self.vla.chain_logprob(obs, chain, token=tok,
-                                                                                   sigma=cfg.sigma)))
+                                                                                   sigma=cfg.sigma, **feats)))
                 ref = torch.stack([ref_cache[int(i)] for i in idx])
                 kl = k3_kl(new, ref, mask)
                 loss = kl * cfg.kl_coef

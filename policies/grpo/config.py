@@ -51,6 +51,10 @@ class GRPOConfig:
     """delta in (R - mean R) / (std R + delta) (a group whose rewards are all equal has zero advantages: no signal)."""
     max_grad_norm: float = 1.0
     """Clip the gradient's global norm (0: no clipping)."""
+    cache_features: bool = True
+    """Keep the VLA's ``frozen_features`` of each macro-step (the compact VLA's trunk maps, when the trunk is frozen:
+    ``train`` head / policy) from the rollout for the update, which then never runs the trunk: the same update, about
+    95% of its CPU time saved (``bench/grpo_cost.py``). False: recompute them (the cost before issue 64)."""
     seed: int = 0
     """Seeds the sampler's noise and the anchor / minibatch draws (a ``vla rl`` session passes its own ``--seed``)."""
     # -- LfH ------------------------------------------------------------------------------------------

@@ -118,6 +118,15 @@ class VLA(nn.Module, abc.ABC):
     def chain_logprob(self, obs: dict, chain: torch.Tensor, token=None, sigma: float = 0.1) -> torch.Tensor:
         """log-probabilities [B, K] of a chain from ``sample_actions_stochastic`` under the current weights."""
 
+    def frozen_features(self, obs: dict):
+        """The part of ``obs``'s conditioning that no trainable weight affects in the current mode (the compact
+        VLA's frozen vision trunk), for a caller that scores the same observations many times: GRPO's update
+        re-scores every macro-step of its rollouts ``epochs`` times plus once under the reference, and the trunk is
+        about 95% of a log-probability's cost on a CPU. Hand them back as ``features=`` to
+        ``sample_actions_stochastic`` / ``chain_logprob`` on a VLA whose frozen part has the same weights. None
+        (the default): nothing to cache, and the caller passes no ``features``."""
+        return None
+
     @abc.abstractmethod
     def embed(self, obs: dict) -> torch.Tensor:
         """Observation features [B, D] (what RL critics may read)."""

@@ -315,11 +315,37 @@ class CompactVLA(VLA):
         s = (state - self.state_mean) / self.state_std
         return self.fuse(torch.cat(vis + [self.text_proj(text), self.state_proj(s)], dim=-1))
 
-    def _cond(self, obs: dict) -> torch.Tensor:
+    def _cond(self, obs: dict, features: dict[str, torch.Tensor] | None = None) -> torch.Tensor:
         dev = self.state_mean.device
         obs = as_tensor_batch(obs, dev)
-        fmaps = self.trunk_features(self.preprocess_images(obs["images"]))
+        if features is None:
+            fmaps = self.trunk_features(self.preprocess_images(obs["images"]))
+        else:
+            fmaps = self._check_features(features, obs["state"].shape[0])
         return self.cond_from_features(fmaps, obs["state"], self.text(obs["instruction"]).to(dev))
+
+    def frozen_features(self, obs: dict) -> dict[str, torch.Tensor] | None:
+        """The trunk's maps of ``obs`` (``trunk_features``), when no trunk weight is trainable (modes ``frozen``
+        and a head-only fine-tune; LoRA adapters sit in the trunk: None there)."""
+        if any(p.requires_grad for p in self.trunk.parameters()):
+            return None
+        with torch.no_grad():
+            obs = as_tensor_batch(obs, self.state_mean.device)
+            return self.trunk_features(self.preprocess_images(obs["images"]))
+
+    def _check_features(self, features: dict[str, torch.Tensor], batch: int) -> dict[str, torch.Tensor]:
+        if torch.is_grad_enabled() and any(p.requires_grad for p in self.trunk.parameters()):
+            raise ValueError("features= is refused while the trunk is trainable (mode "
+                             f"{self.mode!r}): cached maps would hide its gradient")
+        want = [c for c in self.cfg.cameras] + ([c + "@fine" for c in self.cfg.cameras] if self.trunk.fine_channels
+                                               else [])
+        missing = [k for k in want if k not in features]
+        if missing:
+            raise ValueError(f"features lack the trunk maps {missing} (frozen_features makes them)")
+        bad = [k for k in want if features[k].shape[0] != batch]
+        if bad:
+            raise ValueError(f"features {bad} have batch {features[bad[0]].shape[0]}, the observation {batch}")
+        return {k: features[k] for k in want}
 
     def embed(self, obs: dict) -> torch.Tensor:
         return self._cond(obs)
@@ -339,14 +365,16 @@ class CompactVLA(VLA):
 
     @torch.no_grad()
     def sample_actions_stochastic(self, obs: dict, noise=None, token=None, num_steps: int | None = None,
-                                  sigma: float = 0.1, generator: torch.Generator | None = None) -> StochasticSample:
-        cond = self._cond(obs)
+                                  sigma: float = 0.1, generator: torch.Generator | None = None,
+                                  features: dict[str, torch.Tensor] | None = None) -> StochasticSample:
+        cond = self._cond(obs, features)
         x, chain, logp = self.head.sample_stochastic(cond, noise=noise, token=token, num_steps=num_steps,
                                                      sigma=sigma, generator=generator)
         return StochasticSample(actions=self.unnormalize_actions(x), chain=chain, logprob=logp)
 
-    def chain_logprob(self, obs: dict, chain: torch.Tensor, token=None, sigma: float = 0.1) -> torch.Tensor:
-        return self.head.chain_logprob(self._cond(obs), chain, token=token, sigma=sigma)
+    def chain_logprob(self, obs: dict, chain: torch.Tensor, token=None, sigma: float = 0.1,
+                      features: dict[str, torch.Tensor] | None = None) -> torch.Tensor:
+        return self.head.chain_logprob(self._cond(obs, features), chain, token=token, sigma=sigma)
 
     # -- training --------------------------------------------------------------------------
     def loss(self, batch: dict) -> tuple[torch.Tensor, dict[str, float]]:
