@@ -8,11 +8,13 @@ the compact VLA's frozen vision trunk again for every macro-step in every epoch 
 ``--cache-features`` (now the default) the trunk maps the rollout computed are kept and the update never runs the
 trunk. Both arms are ``vla rl --method grpo`` sessions from the same checkpoint, seed, scenes and settings, run one
 after the other (never side by side: they are timed). Per update the agent logs ``time/rollouts_s`` (from the first
-rollout of its groups to the update) and ``time/update_s``; the final evaluation's wall clock gives the seconds per
-evaluation episode.
+rollout of its groups to the update), ``time/sampling_s`` (of which the VLA's stochastic sampler: what batching a
+group's rollouts or fewer denoising steps could save) and ``time/update_s``; the final evaluation's wall clock gives
+the seconds per evaluation episode.
 
-Reported per arm (``summary[task][arm]``): median seconds per update, split into rollouts and update, macro-steps per
-update, the update's milliseconds per macro-step, and seconds per evaluation episode; ``summary[task]["speedup"]``:
+Reported per arm (``summary[task][arm]``): median seconds per update, split into rollouts (sampler, robot) and update,
+macro-steps per update, the update's milliseconds per macro-step, and seconds per evaluation episode;
+``summary[task]["speedup"]``:
 the ratio of the medians (update, and the whole update). ``projection`` turns the cached arm's figures into the wall
 clock of issue 64's ``bench/lfh.py`` plan (a PROJECTION, not a measurement: 2 tasks x 9 sessions of ``--plan-updates``
 updates, an evaluation on ``--plan-eval-episodes`` scenes every 10 updates, ``--jobs`` sessions side by side on as
@@ -38,7 +40,9 @@ from bench.harness.results import portable, write_result
 from bench.harness.sites import bench_sites
 
 ARMS = {"recompute": "--no-cache-features", "cached": "--cache-features"}
-COLORS = {"rollouts_s": "#4c72b0", "update_s": "#c44e52"}
+COLORS = {"sampling_s": "#55a868", "robot_s": "#4c72b0", "update_s": "#c44e52"}
+PARTS = {"sampling_s": "rollouts: the VLA's stochastic sampler", "robot_s": "rollouts: the simulated robot (bridge, "
+         "physics, rendering) and the session", "update_s": "update: PPO-clip epochs + the reference"}
 
 
 def session_cmd(args, arm: str, site: str, out: str) -> list[str]:
@@ -60,10 +64,11 @@ def measure(out: str) -> dict:
         s = json.load(f)
     _, eps, ups = session_logs(out)
     roll = [u["time/rollouts_s"] for u in ups if "time/rollouts_s" in u]
+    sampling = [u["time/sampling_s"] for u in ups if "time/sampling_s" in u]
     upd = [u["time/update_s"] for u in ups]
     steps = [u["diag/macro_steps"] for u in ups if "diag/macro_steps" in u]
     eval_s = s["wall_s_this_process"] - eps[-1]["wall_s"]
-    return {"updates": len(ups), "rollouts_s": roll, "update_s": upd, "macro_steps": steps,
+    return {"updates": len(ups), "rollouts_s": roll, "sampling_s": sampling, "update_s": upd, "macro_steps": steps,
             "train_ticks": int(sum(e["ticks"] for e in eps)), "final_eval_s": eval_s,
             "eval_episodes": s["eval_episodes"], "wall_s_session": s["wall_s_this_process"]}
 
@@ -71,6 +76,8 @@ def measure(out: str) -> dict:
 def cell(m: dict) -> dict:
     roll, upd = np.median(m["rollouts_s"]), np.median(m["update_s"])
     return {"per_update_s": float(roll + upd), "rollouts_s": float(roll), "update_s": float(upd),
+            "sampling_s": float(np.median(m["sampling_s"])),
+            "robot_s": float(np.median(np.subtract(m["rollouts_s"], m["sampling_s"]))),
             "macro_steps_per_update": float(np.mean(m["macro_steps"])) if m["macro_steps"] else None,
             "update_ms_per_macro_step": (float(1e3 * np.sum(m["update_s"]) / np.sum(m["macro_steps"]))
                                          if np.sum(m["macro_steps"]) > 0 else None),
@@ -91,12 +98,13 @@ def plot(summary: dict, path, title: str) -> None:
     fig, ax = plt.subplots(figsize=(6.5, 4))
     arms = [a for a in ARMS if a in summary]
     x = np.arange(len(arms))
-    roll = [summary[a]["rollouts_s"] for a in arms]
-    upd = [summary[a]["update_s"] for a in arms]
-    ax.bar(x, roll, color=COLORS["rollouts_s"], label="rollouts (sampler + simulated robot)")
-    ax.bar(x, upd, bottom=roll, color=COLORS["update_s"], label="update (PPO-clip + reference)")
+    bottom = np.zeros(len(arms))
+    for part, label in PARTS.items():
+        v = np.array([summary[a][part] for a in arms])
+        ax.bar(x, v, bottom=bottom, color=COLORS[part], label=label)
+        bottom += v
     for i, a in enumerate(arms):
-        ax.text(i, roll[i] + upd[i], f"{roll[i] + upd[i]:.0f} s", ha="center", va="bottom")
+        ax.text(i, bottom[i], f"{summary[a]['per_update_s']:.0f} s", ha="center", va="bottom")
     ax.set_xticks(x, [f"{a}\n({ARMS[a]})" for a in arms])
     ax.set_ylabel("seconds per update (median)")
     ax.set_title(title, fontsize=9)
@@ -147,14 +155,17 @@ def main(argv=None) -> int:
             c = summary[arm]
             each = ("no group had a signal" if not c["update_ms_per_macro_step"] else
                     f"{c['macro_steps_per_update']:.0f} macro-steps, {c['update_ms_per_macro_step']:.1f} ms each")
-            print(f"{arm:<10} {c['per_update_s']:6.1f} s per update: rollouts {c['rollouts_s']:.1f} s, update "
+            print(f"{arm:<10} {c['per_update_s']:6.1f} s per update: rollouts {c['rollouts_s']:.1f} s (sampler "
+                  f"{c['sampling_s']:.1f} s, robot {c['robot_s']:.1f} s), update "
                   f"{c['update_s']:.1f} s ({each}); {c['s_per_eval_episode']:.1f} s per evaluation episode",
                   flush=True)
     cell_t = {**summary}
     if "recompute" in summary and "cached" in summary:
         r, c = summary["recompute"], summary["cached"]
-        cell_t["speedup"] = {"update": r["update_s"] / c["update_s"], "per_update": r["per_update_s"] / c["per_update_s"]}
-        print(f"speed-up: update x{cell_t['speedup']['update']:.1f}, whole update x{cell_t['speedup']['per_update']:.2f}")
+        cell_t["speedup"] = {"update": r["update_s"] / c["update_s"],
+                             "per_update": r["per_update_s"] / c["per_update_s"]}
+        sp = cell_t["speedup"]
+        print(f"speed-up: update x{sp['update']:.1f}, whole update x{sp['per_update']:.2f}")
     res = {"settings": {k: getattr(args, k) for k in ("task", "arms", "updates", "group_size", "groups_per_update",
                                                        "train", "exec_steps", "eval_episodes", "seed")}
            | {"checkpoint": portable(args.checkpoint)},
@@ -162,8 +173,9 @@ def main(argv=None) -> int:
     if "cached" in summary:
         res["projection"] = projection(summary["cached"], args.plan_updates, args.plan_eval_episodes, args.jobs)
         p = res["projection"]
-        print(f"projection (not a measurement): issue 64's lfh plan, {p['sessions']} sessions x {p['updates']} updates, "
-              f"{p['per_session_s'] / 60:.0f} min a session, {p['wall_s'] / 3600:.1f} h at {p['jobs']} side by side")
+        print(f"projection (not a measurement): issue 64's lfh plan, {p['sessions']} sessions x {p['updates']} "
+              f"updates, {p['per_session_s'] / 60:.0f} min a session, {p['wall_s'] / 3600:.1f} h at {p['jobs']} side "
+              "by side")
     path = write_result(args.out / f"{args.name}.json", res, "grpo_cost", argv, args.quick)
     plot(summary, args.out / f"{args.name}.png",
          f"GRPO on {args.task} from {os.path.basename(os.path.normpath(args.checkpoint))}: "

@@ -48,7 +48,9 @@ from bench.harness.stats import wilson
 ARMS = ("grpo", "lfh", "instruction-only", "rescore-only", "random")
 COLORS = {"grpo": "#4c72b0", "lfh": "#c44e52", "instruction-only": "#dd8452", "rescore-only": "#8172b3",
           "random": "#8c8c8c"}
-GOAL = {"lift_points": 0.20, "lfh_steps_fraction": 1 / 3, "usable_share": 0.70}
+GOAL = {"lift_points": 0.15, "lfh_steps_fraction": 1 / 2, "usable_share": 0.70}
+"""Issue 64's goals (issue 31 asked for 20 points and 1/3 of the updates): GRPO lifts the base by >= 15 points, LfH
+reaches GRPO's final success in <= 1/2 of its updates (the paper: about 1/5), LfH's usable groups >= 70%."""
 
 
 def launch(job: dict, site: str, args):
@@ -220,11 +222,13 @@ def main(argv=None) -> int:
     for task, cell in summary.items():
         g = {}
         if "grpo" in cell:
-            g["grpo_lift_points"] = {"goal": ">= 20 points over the base", "value": cell["grpo"]["lift_points"],
+            g["grpo_lift_points"] = {"goal": f">= {round(100 * GOAL['lift_points'])} points over the base",
+                                     "value": cell["grpo"]["lift_points"],
                                      "met": cell["grpo"]["lift_points"] >= GOAL["lift_points"]}
         if "lfh" in cell and "grpo" in cell:
             firsts = cell["lfh_first_update_at_grpo_final"]
-            g["lfh_steps"] = {"goal": "LfH reaches GRPO's final success in <= 1/3 of its updates",
+            g["lfh_steps"] = {"goal": f"LfH reaches GRPO's final success in <= {GOAL['lfh_steps_fraction']:.2g} "
+                                      "of its updates",
                               "first_updates": firsts,
                               "met": bool(firsts) and all(f is not None and f <= args.updates * GOAL["lfh_steps_fraction"]
                                                           for f in firsts) and cell["grpo"]["lift_points"] > 0}

@@ -167,6 +167,7 @@ class GRPOAgent(Agent):
         self._clip_c: float | None = None
         self._relabels_log: dict[str, Any] = {}
         self._t_rollouts: float | None = None
+        self._t_sampling = 0.0
         self.totals = {"groups": 0, "usable_task": 0, "usable_any": 0, "relabel_tried": 0, "relabel_nothing": 0,
                        "relabel_usable": 0}
 
@@ -210,7 +211,7 @@ class GRPOAgent(Agent):
         self._rollout = Rollout(instruction=str(obs["instruction"])) if learn else None
         if learn:
             if not self._groups and not self._group:  # the first rollout of an update's groups
-                self._t_rollouts = time.perf_counter()
+                self._t_rollouts, self._t_sampling = time.perf_counter(), 0.0
             self._note(obs, info)
 
     def act_chunk(self, aobs: dict[str, Any], rng: np.random.Generator, warmup: bool, deterministic: bool = False,
@@ -218,6 +219,7 @@ class GRPOAgent(Agent):
         """Training episodes: the stochastic sampler, the step kept for the update. Evaluations: the tuned policy's
         deterministic sampler from the evaluation's noise (zero noise when ``deterministic``)."""
         batch = aobs["batch"]
+        t0 = time.perf_counter()
         token = self.chunk_token(batch, generator)
         with torch.no_grad():
             if self._rollout is not None:
@@ -237,6 +239,8 @@ class GRPOAgent(Agent):
                 noise = torch.zeros(shape) if deterministic else torch.randn(shape, generator=generator or self.generator)
                 actions = self.policy.sample_actions(batch, noise=noise, token=token)
                 chunk = self.policy.clip_normalized_actions(self.policy.normalize_actions(actions))[0]
+        if self._rollout is not None:
+            self._t_sampling += time.perf_counter() - t0
         return Act(action=np.zeros(1, np.float32), chunk=chunk[: self.exec_steps].float())
 
     def chunk_token(self, batch: dict[str, Any], generator: torch.Generator | None = None) -> int | None:
@@ -276,6 +280,7 @@ class GRPOAgent(Agent):
             info["time/update_s"] = time.perf_counter() - t0
             if self._t_rollouts is not None:
                 info["time/rollouts_s"] = t0 - self._t_rollouts
+                info["time/sampling_s"] = self._t_sampling  # of which the VLA's stochastic sampler
             return info
         return {}
 
