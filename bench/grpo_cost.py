@@ -95,7 +95,7 @@ def projection(c: dict, updates: int, eval_episodes: int, jobs: int) -> dict:
 
 def plot(summary: dict, path, title: str) -> None:
     plt = plots.pyplot()
-    fig, ax = plt.subplots(figsize=(6.5, 4))
+    fig, ax = plt.subplots(figsize=(7, 5))
     arms = [a for a in ARMS if a in summary]
     x = np.arange(len(arms))
     bottom = np.zeros(len(arms))
@@ -107,8 +107,9 @@ def plot(summary: dict, path, title: str) -> None:
         ax.text(i, bottom[i], f"{summary[a]['per_update_s']:.0f} s", ha="center", va="bottom")
     ax.set_xticks(x, [f"{a}\n({ARMS[a]})" for a in arms])
     ax.set_ylabel("seconds per update (median)")
-    ax.set_title(title, fontsize=9)
-    ax.legend(fontsize=8, loc="upper right")
+    ax.set_ylim(0, 1.15 * max(bottom.max(), max(summary[a]["per_update_s"] for a in arms)))
+    ax.set_title(title, fontsize=9, wrap=True)
+    ax.legend(fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.16), ncol=1, frameon=False)
     plots.save(fig, path, dpi=110, tight=True)
 
 
@@ -179,8 +180,8 @@ def main(argv=None) -> int:
     path = write_result(args.out / f"{args.name}.json", res, "grpo_cost", argv, args.quick)
     plot(summary, args.out / f"{args.name}.png",
          f"GRPO on {args.task} from {os.path.basename(os.path.normpath(args.checkpoint))}: "
-         f"{args.groups_per_update} x {args.group_size} rollouts, exec {args.exec_steps}, train {args.train}; "
-         f"{os.cpu_count()} cores, 1 torch thread")
+         f"{args.groups_per_update} x {args.group_size} rollouts per update, exec {args.exec_steps}, train "
+         f"{args.train}\n{os.cpu_count()} cores, 1 torch thread, the arms one after the other")
     print(f"wrote {path} and {args.name}.png")
     return 0
 
