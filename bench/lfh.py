@@ -15,8 +15,10 @@ one sim bridge each (``bench/dsrl.py``'s job runner):
 The budget is ``--updates`` policy updates (``--group-size`` x ``--groups-per-update`` rollouts each); every
 ``--eval-every-updates`` updates the session evaluates the tuned policy on ``--eval-episodes`` fixed scenes. Reported
 per arm: base and final success with 95% Wilson intervals, the curve of success against updates and rollouts, the
-share of usable groups (reward variance > 0) with and without hindsight, the judge's relabel counts, and the first
-update at which LfH reached GRPO's final success. Each session's tuned checkpoint stays in its run directory
+share of usable groups (reward variance > 0) with and without hindsight, the judge's relabel counts, the first
+update at which LfH reached GRPO's final success, and the final evaluation against the base's scene by scene
+(``paired_with_base``: scenes gained and lost, per seed and pooled; the seeds share the base's scenes, so the pooled
+sign test is a guide, not a claim). Each session's tuned checkpoint stays in its run directory
 (``--work``).
 
 Writes ``bench/results/<name>.json`` and ``<name>.png``; ``bench/results/README.md`` keeps the table of rounds.
@@ -42,7 +44,7 @@ from bench.harness import flags, plots
 from bench.harness import jobs as sessions
 from bench.harness.jobs import grpo_session, session_logs
 from bench.harness.results import portable, write_result
-from bench.harness.stats import wilson
+from bench.harness.stats import mcnemar, sign_test, wilson
 
 
 ARMS = ("grpo", "lfh", "instruction-only", "rescore-only", "random")
@@ -88,7 +90,22 @@ def collect(job: dict) -> dict:
     r["episodes"] = s["episodes"]
     r["agent"] = s.get("agent", {})
     r["relabels"] = relabel_counts(out)
+    r["paired"] = paired_with_base(out)
     return r
+
+
+def paired_with_base(out: str) -> dict | None:
+    """The final evaluation against the base's, scene by scene (the same seeds): scenes only the tuned policy solved,
+    only the base solved, and the exact McNemar p (None when either file lacks its episodes)."""
+    try:
+        with open(os.path.join(out, "base_eval.json")) as f:
+            base = {e["seed"]: e["success"] for e in json.load(f)["per_episode"]}
+        with open(os.path.join(out, "final_eval.json")) as f:
+            final = {e["seed"]: e["success"] for e in json.load(f)["per_episode"]}
+    except (OSError, KeyError, ValueError):
+        return None
+    m = mcnemar(final, base)
+    return {"scenes": m["episodes"], "gained": m["only_first"], "lost": m["only_second"], "mcnemar_p": m["mcnemar_p"]}
 
 
 def relabel_counts(out: str) -> dict[str, int]:
@@ -122,6 +139,12 @@ def summarize(done: list[dict], args) -> dict:
                                                       if r["train_success_per_update"]],
                          "relabels": {g: sum(r["relabels"].get(g, 0) for r in rs)
                                       for g in sorted({g for r in rs for g in r["relabels"]})}}
+            paired = [r["paired"] for r in rs if r.get("paired")]
+            if paired:  # scene by scene against the base, pooled over seeds (the exact sign test on the pool)
+                gained, lost = sum(p["gained"] for p in paired), sum(p["lost"] for p in paired)
+                cell[arm]["paired_with_base"] = {"seeds": len(paired), "gained": gained, "lost": lost,
+                                                 "sign_test_p": sign_test(gained, lost),
+                                                 "per_seed": [[p["gained"], p["lost"]] for p in paired]}
         if "grpo" in cell and "lfh" in cell:  # the first update at which LfH reached GRPO's final success
             target = cell["grpo"]["rate"]
             firsts = []
