@@ -385,7 +385,8 @@ def test_state_dict_round_trip_restores_the_selector_exactly():
     ia, ta = play(a, 2 * K + 5, kind_of)
     torch.manual_seed(11)
     ib, tb = play(b, 2 * K + 5, kind_of)
-    assert ta == tb and ia == ib
+    untimed = lambda infos: [{k: v for k, v in i.items() if not k.startswith("time/")} for i in infos]  # noqa: E731
+    assert ta == tb and untimed(ia) == untimed(ib)  # time/*: the update's wall clock, never alike
     assert all(torch.equal(v, b.selector.state_dict()[k]) for k, v in a.selector.state_dict().items())
 
 
