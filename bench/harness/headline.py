@@ -246,7 +246,8 @@ def grpo_rows(results: pathlib.Path, label: str, prefix: str, arms: tuple[str, .
             s = t[arm]
             k, n = count(s["final"], episodes)
             budget = f", {s['rollouts']} rollouts" if "rollouts" in s else f", {settings.get('updates')} updates"
-            rows.append((f"{label.get(arm, arm)} from {checkpoint_label(settings.get('checkpoint'), res)}, {task}{budget}, "
+            ckpt = checkpoint_label(settings.get("checkpoint"), res)
+            rows.append((f"{label.get(arm, arm)} from {ckpt}, {task}{budget}, "
                          f"{len(s['final'])} seeds", frac(k, n), f"its base {pct(s['base_rate'])}",
                          source(results, name, res)))
     return rows
@@ -272,7 +273,8 @@ def sarl_rows(results: pathlib.Path) -> list[Row]:
             s = arms["sarl"]
             refs = [f"{arm} {frac(arms[arm]['successes'], arms[arm]['episodes'])}"
                     for arm in ("task prompt", "subskills") if arm in arms]
-            rows.append((f"SARL from {checkpoint_label(checkpoint, res)}, {task}, {term} terminator, {s['seeds']} seeds",
+            ckpt = checkpoint_label(checkpoint, res)
+            rows.append((f"SARL from {ckpt}, {task}, {term} terminator, {s['seeds']} seeds",
                          frac(s["successes"], s["episodes"]), "; ".join(refs), source(results, name, res)))
     return rows
 
@@ -424,6 +426,21 @@ def throughput_row(results: pathlib.Path) -> list[Row]:
     return rows
 
 
+def grpo_cost_row(results: pathlib.Path) -> list[Row]:
+    """Seconds of one GRPO update on the CPU with the trunk cache, against the update that recomputes the trunk."""
+    name = "grpo_cost.json"
+    res = load(results, name)
+    settings = get(res, name, "settings")
+    task = get(res, name, "settings", "task")
+    cached = get(res, name, "summary", task, "cached")
+    recompute = get(res, name, "summary", task, "recompute")
+    return [(f"one GRPO update on 2 cores ({settings['groups_per_update']} x {settings['group_size']} rollouts, "
+             f"{task}): seconds, of which the update itself, with the trunk cache",
+             f"{cached['per_update_s']:.1f} s ({cached['update_s']:.1f} s)",
+             f"recomputing the trunk {recompute['per_update_s']:.1f} s ({recompute['update_s']:.1f} s)",
+             source(results, name, res))]
+
+
 def rows(results: pathlib.Path = RESULTS) -> list[Row]:
     return [
         *base_rows(results),
@@ -438,6 +455,7 @@ def rows(results: pathlib.Path = RESULTS) -> list[Row]:
         *serve_row(results),
         *bridge_rows(results),
         *throughput_row(results),
+        *grpo_cost_row(results),
     ]
 
 
