@@ -75,10 +75,15 @@ BASE_OUT ?= vla/checkpoints/base
 BASE_TRAIN_FLAGS ?= --steps 6000 --batch-size 128 --balance tasks --head-hidden 512 --head-depth 4
 BASE_DAGGER_ROUNDS ?= 2
 BASE_DAGGER_EPISODES ?= 40
+# TASK=N pairs: N DAgger episodes for TASK instead of BASE_DAGGER_EPISODES (a long task's episodes cost several)
+BASE_DAGGER_EPISODES_EACH ?=
 BASE_DAGGER_TASKS_1 ?= pick_red_cube pick_blue_cube lift_green_cube
 BASE_DAGGER_TASKS ?= $(BASE_TASKS)
 BASE_DAGGER_FLAGS ?= --dagger-temporal-ensemble --dagger-noise zero --dagger-gripper $(BASE_GRIPPER) --dagger-handover close \
   --dagger-labels correct
+# a segmented task's DAgger episodes (BASE_SEGMENTED): the model runs the task as the sequence of sub-skill prompts
+# the expert reads off each state, from its own hand-overs, and each frame is labelled with its sub-skill
+BASE_DAGGER_SUBSKILL_FLAGS ?= --label-subskills --dagger-prompts subskills --dagger-handover never
 BASE_FT_FLAGS ?= --steps 2000 --warmup-steps 100 --batch-size 128 --balance tasks --shift-pad 0 --aug-views 1 \
   --dagger-rows coherent
 # the executed gripper opening the model is measured and run with (config.json execution.gripper: `--gripper auto`
@@ -103,9 +108,11 @@ base: setup
 	  tasks="$(BASE_DAGGER_TASKS)"; [ $$r = 1 ] && tasks="$(BASE_DAGGER_TASKS_1)"; \
 	  seed=$$((1000 + $(BASE_DAGGER_EPISODES) * (r - 1))); \
 	  for t in $$tasks; do dagger="$$dagger --dataset $$run/dagger_r$${r}_$$t"; done; \
-	  for t in $$tasks; do d=$$run/dagger_r$${r}_$$t; \
+	  for t in $$tasks; do d=$$run/dagger_r$${r}_$$t; sub=; n=$(BASE_DAGGER_EPISODES); \
+	    case " $(BASE_SEGMENTED) " in *" $$t "*) sub="$(BASE_DAGGER_SUBSKILL_FLAGS)";; esac; \
+	    for kv in $(BASE_DAGGER_EPISODES_EACH); do [ "$${kv%%=*}" = $$t ] && n=$${kv#*=}; done; \
 	    echo "'$(VENV)/bin/vla record --robot sim-franka-fast --task $$t --teleop scripted --dagger $$model \
-	      $(BASE_DAGGER_FLAGS) --episodes $(BASE_DAGGER_EPISODES) --seed $$seed --serve own --root $$d > $$d.log 2>&1'"; \
+	      $(BASE_DAGGER_FLAGS) $$sub --episodes $$n --seed $$seed --serve own --root $$d > $$d.log 2>&1'"; \
 	  done | $(PARALLEL) || { echo "a DAgger recording failed: see $$run/dagger_r$${r}_*.log"; exit 1; }; \
 	  $(VENV)/bin/vla train $$demos $$dagger --init $$run/base0/model --out $$run/dagger_r$$r $(BASE_FT_FLAGS) \
 	    --feature-cache $(BASE_DATA)/feature_cache --threads 2; \
@@ -120,13 +127,19 @@ base: setup
 	echo ">> $(BASE_OUT) <- $$model; measure it: .venv/bin/vla eval --checkpoint $(BASE_OUT) --episodes 50 \
 	--noise zero --videos 0"
 
-# the six-task model with sub-skill labels and paraphrases (bench/results/vla_sft round 15: the vocabulary
-# a prompt policy composes; SARL's base, committed: python -m bench.sarl); about 35 min on 2 cores
+# The sub-skill base (SARL's, vla/checkpoints/base_subskills; bench/results/README.md "Sub-skill base", issue 63):
+# the shipped base's recipe (round 23: demos, base0, two DAgger rounds) on the five tasks plus put_all_cubes_in_bowl,
+# the three long tasks recorded with each frame labelled by its sub-skill ("pick up the red cube", "put it in the
+# bowl", "put it on the red cube") and trained under both labels (the task prompts too). Round 2's DAgger runs each
+# long task as its sequence of sub-skill prompts (BASE_DAGGER_SUBSKILL_FLAGS), so the model visits its own
+# hand-over states and the expert labels them (20 episodes of the 420-tick put_all_cubes_in_bowl, 40 of the
+# others). Measure it: python -m bench.vla_subskills --checkpoint
+# vla/checkpoints/base_subskills --handover both --episodes 50
 base-subskills:
 	$(MAKE) base BASE_TASKS="pick_red_cube pick_blue_cube lift_green_cube place_cube_in_bowl stack_cubes \
-	  push_block_to_marker" BASE_SEGMENTED="place_cube_in_bowl stack_cubes" BASE_DATA=data/base_subskills \
-	  BASE_OUT=vla/checkpoints/base_subskills BASE_TRAIN_FLAGS="$(BASE_TRAIN_FLAGS) --paraphrases sim" \
-	  BASE_DAGGER_ROUNDS=0 BASE_GRIPPER=raw
+	  put_all_cubes_in_bowl" BASE_SEGMENTED="place_cube_in_bowl stack_cubes put_all_cubes_in_bowl" \
+	  BASE_DATA=data/base_subskills BASE_OUT=vla/checkpoints/base_subskills \
+	  BASE_DAGGER_EPISODES_EACH="put_all_cubes_in_bowl=20"
 
 # ExToken's two bases (bench/results/README.md "ExToken", round 3): pick_red_cube_yaw45 recorded in both grasp turns
 # over the same 160 scenes (seeds 1000..1159, so the image does not give the turn away), behaviour tokens from the

@@ -428,13 +428,21 @@ class ChunkDriver:
     episode's end the expert drives (None every tick): the policy's own approach and descent are
     labelled, and the grasp, its retries and the lift are the expert's own from where the policy
     brought the arm, instead of labels on a grasp the policy carries on with. ``reset(seed)`` at every
-    episode start."""
+    episode start.
 
-    def __init__(self, policy: VLAPolicy, beta: float = 0.0, seed: int = 0, handover_at_close: bool = False) -> None:
+    ``prompt_fn``: ``() -> str``, called every tick, the instruction the policy is prompted with instead of the
+    observation's (``vla record --dagger-prompts subskills``: the sub-skill the expert reads off this state, so the
+    policy runs a task as a sequence of sub-skill prompts and visits its own hand-over states, a dropped cube's
+    "pick up ..." again included). When it changes, the queued rows and the policy's history (a temporal
+    ensemble's chunks made under the previous prompt) are dropped and the policy re-plans at once."""
+
+    def __init__(self, policy: VLAPolicy, beta: float = 0.0, seed: int = 0, handover_at_close: bool = False,
+                 prompt_fn: Callable[[], str] | None = None) -> None:
         if not 0.0 <= beta <= 1.0:
             raise ValueError(f"beta must be in [0, 1] (the share of chunks the expert drives), got {beta}")
         self.policy, self.beta, self._seed = policy, float(beta), int(seed)
         self.handover_at_close = bool(handover_at_close)
+        self.prompt_fn = prompt_fn
         self.reset(0)
 
     def reset(self, seed: int) -> None:
@@ -445,11 +453,27 @@ class ChunkDriver:
         self.handed_over_at: int | None = None
         """The episode tick from which the expert drives (``handover_at_close``), else None."""
         self._t = 0
+        self._episode_seed = int(seed)
+        self.prompt: str | None = None
+        """``prompt_fn``: the instruction the policy was last prompted with."""
+        self.prompts: list[list] = []
+        """``prompt_fn``: ``[tick, instruction]`` at each change of prompt in this episode."""
 
     def __call__(self, obs: dict) -> np.ndarray | None:
         t, self._t = self._t, self._t + 1
         if self.handed_over_at is not None:
             return None
+        if self.prompt_fn is not None:
+            prompt = self.prompt_fn()
+            if not isinstance(prompt, str) or not prompt.strip():
+                raise ValueError(f"ChunkDriver.prompt_fn must return a non-empty instruction, got {prompt!r}")
+            if prompt != self.prompt:
+                if self.prompt is not None and hasattr(self.policy, "reset"):
+                    # a temporal ensemble must not average chunks made under the previous prompt
+                    self.policy.reset(self._episode_seed)
+                self._queue, self.prompt = [], prompt
+                self.prompts.append([t, prompt])
+            obs = {**obs, "instruction": prompt}
         if not self._queue:
             # the policy plans every time, also for the expert's chunks: a policy that keeps a history (a
             # TemporalEnsemble, one row per tick) stays in step with the episode's ticks

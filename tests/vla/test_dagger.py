@@ -2,6 +2,7 @@
 labels every state the policy reaches; DAgger's beta hands whole chunks back to the expert; a
 fine-tuning run starts from the policy's weights (`vla train --init`)."""
 
+import contextlib
 import json
 
 import numpy as np
@@ -223,3 +224,85 @@ def test_vla_record_dagger_push_with_handover_close_is_driven_by_the_policy(tmp_
     assert "does not open with a pick" in capsys.readouterr().out
     log = [json.loads(line) for line in open(root / "meta" / "vla_episodes.jsonl")]
     assert len(log) == 1 and log[0]["dagger"]["handover"] == "never" and log[0]["dagger"]["handed_over_at"] is None
+
+
+class _Prompted:
+    """Chunks of 3 rows whose x is the number of the plan; records the instruction of each plan and its resets."""
+
+    exec_steps = 3
+
+    def __init__(self):
+        self.seen, self.resets = [], []
+
+    def reset(self, seed=None):
+        self.resets.append(seed)
+
+    def __call__(self, obs):
+        self.seen.append(obs["instruction"])
+        return np.tile(np.array([len(self.seen), 0, 0, 0, 0, 0, 1.0], np.float32), (3, 1))
+
+
+@pytest.mark.parametrize("switch", [1, 4, 6])
+def test_prompt_fn_prompts_the_policy_and_replans_when_the_sub_skill_changes(switch):
+    """`vla record --dagger-prompts subskills`: the policy is prompted with what prompt_fn says on each tick, not the
+    observation's instruction; at a change the queued rows and the policy's history are dropped (one reset, with the
+    episode's seed) and it re-plans on that very tick, also in the middle of a chunk."""
+    pol, tick = _Prompted(), [0]
+    driver = ChunkDriver(pol, prompt_fn=lambda: "pick up the red cube" if tick[0] < switch else "put it in the bowl")
+    driver.reset(11)
+    pol.resets.clear()
+    rows = []
+    for tick[0] in range(9):
+        rows.append(driver({"instruction": "put the red cube in the bowl"})[0])
+    assert driver.prompts == [[0, "pick up the red cube"], [switch, "put it in the bowl"]]
+    assert pol.resets == [11]
+    before = -(-switch // 3)  # plans made under the first prompt (one per 3 ticks)
+    assert pol.seen[:before] == ["pick up the red cube"] * before
+    assert set(pol.seen[before:]) == {"put it in the bowl"}
+    assert rows[switch] == before + 1  # a new plan on the tick of the switch
+    assert "put the red cube in the bowl" not in pol.seen
+
+
+def test_prompt_fn_must_answer_an_instruction():
+    driver = ChunkDriver(_Prompted(), prompt_fn=lambda: "")
+    driver.reset(0)
+    with pytest.raises(ValueError, match="prompt_fn"):
+        driver({"instruction": "go"})
+
+
+@pytest.mark.parametrize("argv, field", [
+    (["--label-subskills", "--dagger-prompts", "subskills"], "--dagger CHECKPOINT"),
+    (["--dagger", "ckpt", "--dagger-prompts", "subskills"], "--label-subskills"),
+    (["--dagger", "ckpt", "--label-subskills", "--dagger-prompts", "subskills", "--dagger-handover", "close"],
+     "--dagger-handover never"),
+    (["--dagger", "ckpt", "--dagger-prompts", "steps"], "--dagger-prompts"),
+])
+def test_vla_record_refuses_subskill_prompts_it_cannot_use(tmp_path, capsys, argv, field):
+    from vla.cli import main
+
+    with pytest.raises(SystemExit) if "steps" in argv else contextlib.nullcontext():  # argparse's choices exit
+        rc = main(["record", "--task", "place_cube_in_bowl", "--teleop", "scripted", "--root", str(tmp_path / "d"),
+                   *argv])
+        assert rc != 0
+    assert field in capsys.readouterr().err
+    assert not (tmp_path / "d").exists()  # refused before anything was recorded
+
+
+@pytest.mark.e2e  # `vla record --dagger` on the sim bridge
+def test_vla_record_dagger_prompts_the_policy_with_the_expert_sub_skill(tmp_path, capsys):
+    """A long task's DAgger episode driven by sub-skill prompts: the log keeps the prompts the policy was driven
+    with, and the frames' sub-skill labels are those prompts."""
+    pytest.importorskip("lerobot")
+    from tests.conftest import save_tiny_vla
+    from vla.cli import main
+
+    ckpt = save_tiny_vla(str(tmp_path / "ckpt"))
+    root = tmp_path / "d"
+    rc = main(["record", "--robot", "sim-franka-fast", "--task", "place_cube_in_bowl", "--teleop", "scripted",
+               "--dagger", ckpt, "--label-subskills", "--dagger-prompts", "subskills", "--dagger-exec-steps", "2",
+               "--episodes", "1", "--max-steps", "6", "--serve", "own", "--root", str(root)])
+    assert rc == 0, capsys.readouterr().err
+    log = [json.loads(line) for line in open(root / "meta" / "vla_episodes.jsonl")]
+    assert log[0]["dagger"]["prompts"] == [[0, "pick up the red cube"]]
+    assert log[0]["segments"] == [[0, "pick up the red cube"]]
+    assert log[0]["instruction"] == "put the red cube in the bowl"

@@ -119,6 +119,13 @@ z re-record, Esc stop. Recording into an existing dataset appends to it.
                    help="--dagger: how the expert labels a descent off the cube's axis: realign = back up to the "
                    "hover height unless within 1.2 cm (default, round 7); correct = keep descending towards the "
                    "axis within 2 cm and close only once within 0.8 cm at grasp height")
+    p.add_argument("--dagger-prompts", choices=["task", "subskills"], default="task",
+                   help="--dagger: what the policy is prompted with. task (default): the task's instruction; subskills "
+                   "(a task made of sub-skills): each tick the instruction of the sub-skill the expert reads off the "
+                   "state (\"pick up the red cube\", \"put it in the bowl\"; a dropped cube's pick again), so the "
+                   "policy carries out the task as a sequence of sub-skill prompts and the expert labels the hand-over "
+                   "states it reaches itself (the sub-skill base, `make base-subskills`). Needs --label-subskills "
+                   "(each frame trains under the prompt it was driven with) and --dagger-handover never")
     p.add_argument("--dagger-beta", type=float, default=0.0, metavar="B",
                    help="--dagger: share of chunks (of ticks with --dagger-temporal-ensemble) the expert drives "
                    "instead of the policy (default 0)")
@@ -261,6 +268,15 @@ def run(args) -> int:
         raise ValueError("--label-subskills needs --teleop scripted (the expert knows which sub-skill it is in) on a "
                          "task made of sub-skills: " + ", ".join(n for n, t in TASKS.items() if t.segmented)
                          + f"; got --teleop {args.teleop} --task {args.task}")
+    if args.dagger_prompts == "subskills":
+        if not args.dagger:
+            raise ValueError("--dagger-prompts subskills prompts the --dagger policy: give --dagger CHECKPOINT")
+        if not args.label_subskills:
+            raise ValueError("--dagger-prompts subskills needs --label-subskills: each frame is labelled with the "
+                             "sub-skill prompt the policy was driven with")
+        if args.dagger_handover != "never":
+            raise ValueError("--dagger-prompts subskills has the policy carry out every sub-skill, the hand-overs "
+                             f"between them included: use --dagger-handover never, got {args.dagger_handover}")
     max_steps = args.max_steps or (task.max_steps if task else 300)
     site = load_site(args.robot)
     if args.serve == "own":
@@ -309,7 +325,12 @@ def run(args) -> int:
         if args.dagger_handover == "close" and not hands_over:
             print(f"--dagger-handover close: {task.name} does not open with a pick, so the policy drives every tick",
                   flush=True)
-        driver = ChunkDriver(policy, beta=args.dagger_beta, seed=args.seed, handover_at_close=hands_over)
+        prompt_fn = None
+        if args.dagger_prompts == "subskills":  # the expert has read this tick's state before the driver is asked
+            def prompt_fn():
+                return task.skill_instruction(teleop.last_info["skill"])
+        driver = ChunkDriver(policy, beta=args.dagger_beta, seed=args.seed, handover_at_close=hands_over,
+                             prompt_fn=prompt_fn)
         teleop.follow_state = True if args.dagger_labels == "realign" else args.dagger_labels
     keep_failures = args.keep_failures or driver is not None
 
@@ -389,6 +410,7 @@ def run(args) -> int:
                                 "gripper": args.dagger_gripper, "beta": args.dagger_beta,
                                 "handover": "close" if hands_over else "never",  # as applied to this task
                                 "handed_over_at": driver.handed_over_at,
+                                "prompts": driver.prompts if args.dagger_prompts == "subskills" else None,
                                 "labels": args.dagger_labels}
                                if args.dagger else None),
                     "roi": rois or None, "achieved_hz": rate, "recorded_at": time.time()})
