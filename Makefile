@@ -130,7 +130,8 @@ base: setup
 # The sub-skill base (SARL's, vla/checkpoints/base_subskills; bench/results/README.md "Sub-skill base", issue 63):
 # the shipped base's recipe (round 23: demos, base0, two DAgger rounds) on the five tasks plus put_all_cubes_in_bowl,
 # the three long tasks recorded with each frame labelled by its sub-skill ("pick up the red cube", "put it in the
-# bowl", "put it on the red cube") and trained under both labels (the task prompts too). Round 2's DAgger runs each
+# bowl", "put it on the red cube") and trained under both labels (the task prompts too, with their trained
+# paraphrases: SARL's prompt library holds them). Round 2's DAgger runs each
 # long task as its sequence of sub-skill prompts (BASE_DAGGER_SUBSKILL_FLAGS), so the model visits its own
 # hand-over states and the expert labels them (20 episodes of the 420-tick put_all_cubes_in_bowl, 40 of the
 # others). Measure it: python -m bench.vla_subskills --checkpoint
@@ -139,7 +140,8 @@ base-subskills:
 	$(MAKE) base BASE_TASKS="pick_red_cube pick_blue_cube lift_green_cube place_cube_in_bowl stack_cubes \
 	  put_all_cubes_in_bowl" BASE_SEGMENTED="place_cube_in_bowl stack_cubes put_all_cubes_in_bowl" \
 	  BASE_DATA=data/base_subskills BASE_OUT=vla/checkpoints/base_subskills \
-	  BASE_DAGGER_EPISODES_EACH="put_all_cubes_in_bowl=20"
+	  BASE_DAGGER_EPISODES_EACH="put_all_cubes_in_bowl=20" BASE_TRAIN_FLAGS="$(BASE_TRAIN_FLAGS) --paraphrases sim" \
+	  BASE_FT_FLAGS="$(BASE_FT_FLAGS) --paraphrases sim"
 
 # ExToken's two bases (bench/results/README.md "ExToken", round 3): pick_red_cube_yaw45 recorded in both grasp turns
 # over the same 160 scenes (seeds 1000..1159, so the image does not give the turn away), behaviour tokens from the

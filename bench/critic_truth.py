@@ -450,6 +450,20 @@ def critic_values(agent, method: str, state: dict):
         return agent.critic(s, chunks.reshape(K, -1)).mean(0).numpy(), None
 
 
+def fitted_values(critic):
+    """``values(state) -> (Q per candidate, None)`` of an offline-fitted critic (``Q(features, chunk)``, the mean
+    over its ensemble), in the form :func:`score_states` reads."""
+    import torch
+
+    def values(st):
+        f = torch.tensor(st["feat"], dtype=torch.float32)[None]
+        c = torch.tensor(st["chunks"], dtype=torch.float32)
+        with torch.no_grad():
+            return critic(f.expand(len(c), -1), c.reshape(len(c), -1)).mean(0).numpy(), None
+
+    return values
+
+
 def score_states(values, truth: dict, effects: list, u: dict, E: int) -> list[dict]:
     """One critic (``values(state) -> (Q over the candidates, Q^W over the noise candidates or None)``) against
     the truth at every state: Spearman with the true success rate, calibration against the Monte-Carlo return in
@@ -646,13 +660,7 @@ def fit_probe(name: str, run: str, truth: dict, min_spread: float, steps: int, t
                "held_out_mae_constant": float(np.mean(np.abs(y_np[~test].mean() - y_np[test]))),
                "held_out_auc_success": auc(q_all[test], data["success"][test])}
 
-        def values(st, critic=critic):
-            f = torch.tensor(st["feat"], dtype=torch.float32)[None]
-            c = torch.tensor(st["chunks"], dtype=torch.float32)
-            with torch.no_grad():
-                return critic(f.expand(len(c), -1), c.reshape(len(c), -1)).mean(0).numpy(), None
-
-        per_state = score_states(values, truth, effects, u, E)
+        per_state = score_states(fitted_values(critic), truth, effects, u, E)
         point = {"ticks": ticks, **aggregate(per_state, min_spread), "fit": fit, "states": per_state}
         print(f"  {name} offline fit '{tname}' ({fit['transitions']} transitions, {fit['wall_s']:.0f} s): median "
               f"Spearman {fmt(point['median_spearman'])} at {point['decision_states_used']} decision states, where "
@@ -729,13 +737,7 @@ def fit_curve(name: str, runs: list[str], truth: dict, min_spread: float, steps:
                "held_out_mae_constant": float(np.mean(np.abs(y_np[train_idx].mean() - y_np[test]))),
                "held_out_auc_success": auc(q_test, success[test])}
 
-        def values(st, critic=critic):
-            f = torch.tensor(st["feat"], dtype=torch.float32)[None]
-            c = torch.tensor(st["chunks"], dtype=torch.float32)
-            with torch.no_grad():
-                return critic(f.expand(len(c), -1), c.reshape(len(c), -1)).mean(0).numpy(), None
-
-        per_state = score_states(values, truth, effects, u, E)
+        per_state = score_states(fitted_values(critic), truth, effects, u, E)
         point = {"ticks": None, **aggregate(per_state, min_spread), "fit": fit, "states": per_state}
         print(f"  {name} pooled Monte-Carlo fit on {fit['transitions']} transitions ({fit['episodes']} episodes of "
               f"{len(runs)} runs): median Spearman {fmt(point['median_spearman'])}, where it matters "
