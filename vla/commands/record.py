@@ -137,6 +137,9 @@ z re-record, Esc stop. Recording into an existing dataset appends to it.
     p.add_argument("--keep-failures", action="store_true", help="save failed episodes too (default: re-record them)")
     p.add_argument("--max-attempts", type=int, default=None, help="give up after this many attempts (default 3x episodes)")
     p.add_argument("--no-video", action="store_true", help="store PNG images instead of encoded video")
+    p.add_argument("--threads", type=int, default=1, metavar="N",
+                   help="--dagger: torch threads of the driving policy (default 1: a policy step is small, and torch's "
+                   "default of one thread per core made each tick 15x slower with two recordings side by side)")
     p.add_argument("--serve", default="auto", choices=("auto", "always", "never", "own"),
                    help="start the bridge for a simulated site when it is not running (auto, default); own: a "
                         "bridge of this recording's own on free loopback ports, so several recordings of a simulated "
@@ -268,6 +271,8 @@ def run(args) -> int:
         raise ValueError("--label-subskills needs --teleop scripted (the expert knows which sub-skill it is in) on a "
                          "task made of sub-skills: " + ", ".join(n for n, t in TASKS.items() if t.segmented)
                          + f"; got --teleop {args.teleop} --task {args.task}")
+    if args.threads < 1:
+        raise ValueError(f"--threads must be >= 1, got {args.threads}")
     if args.dagger_prompts == "subskills":
         if not args.dagger:
             raise ValueError("--dagger-prompts subskills prompts the --dagger policy: give --dagger CHECKPOINT")
@@ -316,6 +321,9 @@ def run(args) -> int:
 
         from vla.envs import resolve_gripper
 
+        import torch
+
+        torch.set_num_threads(args.threads)
         ckpt = resolve_checkpoint(args.dagger)
         args.dagger_gripper = resolve_gripper(args.dagger_gripper, ckpt)
         policy = make_policy(load_vla(ckpt).eval(),
