@@ -272,6 +272,23 @@ def summarize(episodes: list[dict], skills: list[tuple[str, int, str]], handover
     return rows
 
 
+def summary_table(rows: list[dict]) -> dict:
+    """``summary[task][method]`` for readers: ``task prompt``, ``prompt sequence`` (the hand-written sub-skill
+    prompts with the privileged terminator) and, per sub-skill, ``k: 'instruction' from the expert's / VLA's
+    hand-over``; each {successes, episodes (the scenes where it was reached), rate, ci95}."""
+    out: dict = {}
+    for r in rows:
+        if r["k"] == TASK_PROMPT:
+            method = "task prompt"
+        elif r["k"] == CHAIN:
+            method = "prompt sequence"
+        else:
+            method = f"{r['k']}: {r['instruction']!r} from the {'expert' if r['handover'] == 'expert' else 'VLA'}'s hand-over"
+        out.setdefault(r["task"], {})[method] = {"successes": r["successes"], "episodes": r["reached"],
+                                                 "rate": r["success_rate"], "ci95": r["success_ci95"]}
+    return out
+
+
 def label(r: dict) -> str:
     """A row's name on the plot and in the terminal."""
     if r["k"] == CHAIN:
@@ -307,10 +324,9 @@ def plot(rows: list[dict], path: pathlib.Path, title: str, target: float) -> Non
     ax.invert_yaxis()
     ax.set_xlim(0, 1)
     ax.set_xlabel("success (95% interval); a sub-skill's: of the scenes where it was reached")
-    ax.legend(fontsize=6, loc="upper center", bbox_to_anchor=(0.5, -0.45 / max(1, len(rows) / 6)), ncol=2)
+    ax.legend(fontsize=6, loc="upper center", bbox_to_anchor=(0.5, -0.6 / (0.42 * len(rows))), ncol=2)
     ax.set_title(title, fontsize=9)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    fig.savefig(path, dpi=110, bbox_inches="tight")  # the long row names widen the figure instead of being cut
     plt.close(fig)
     from PIL import Image  # a 64-colour palette PNG: the same plot in a third of the bytes
 
@@ -346,7 +362,17 @@ def main(argv=None) -> int:
     ap.add_argument("--target", type=float, default=0.8, help="the line drawn on the plot (issue 28: 0.8)")
     flags.add_out(ap)
     ap.add_argument("--name", default="vla_subskills", help="result file names: OUT/NAME.json and .png")
+    ap.add_argument("--replot", action="store_true", help="draw OUT/NAME.png again from OUT/NAME.json (no episodes run)")
     args = ap.parse_args(argv)
+    if args.replot:
+        import json
+
+        res = json.loads((args.out / f"{args.name}.json").read_text())
+        plot(res["subskills"], args.out / f"{args.name}.png",
+             f"{os.path.basename(os.path.normpath(res['checkpoint']))}: each sub-skill from where it starts, "
+             f"{res['episodes_per_subskill']} unseen scenes", args.target)
+        print(f"wrote {args.out / args.name}.png")
+        return 0
     if args.episodes < 1 or args.jobs < 1 or args.budget < 1:
         ap.error("--episodes, --jobs and --budget must be >= 1")
     os.environ.setdefault("MUJOCO_GL", "egl")
@@ -400,7 +426,8 @@ def main(argv=None) -> int:
                         "none": "the whole task from the scene's start: k = -1 the sub-skill instructions in order, "
                                 "switching on the privileged done predicate or the budget; k = -2 the task's own "
                                 "instruction for its tick limit"},
-           "jobs": jobs, "wall_s": time.perf_counter() - t0, "subskills": rows, "episodes": episodes}
+           "jobs": jobs, "wall_s": time.perf_counter() - t0, "subskills": rows,
+           "summary": summary_table(rows), "episodes": episodes}
     write_result(args.out / f"{args.name}.json", out, "vla_subskills", argv, False, indent=1)
     plot(rows, args.out / f"{args.name}.png",
          f"{os.path.basename(os.path.normpath(args.checkpoint))}: "

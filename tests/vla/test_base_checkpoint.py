@@ -62,15 +62,17 @@ def test_the_base_picks_up_the_red_cube_in_unseen_scenes(tmp_path):
 
 
 def test_the_subskill_base_loads_and_knows_the_subskill_instructions():
-    """vla/checkpoints/base_subskills (round 15, `make base-subskills`: the sub-skill vocabulary SARL composes)."""
+    """vla/checkpoints/base_subskills (`make base-subskills`, issue 63: the sub-skill vocabulary SARL composes, on the
+    shipped base's recipe: the three long tasks' sub-skills and task prompts, the binary opening)."""
     from hardware.sim_tasks import get_task
     from vla.models import load_vla
 
     path = os.path.join(os.path.dirname(BASE), "base_subskills")
     meta = json.load(open(os.path.join(path, "config.json")))
     assert os.path.getsize(os.path.join(path, "model.safetensors")) < 20e6
-    for t in ("place_cube_in_bowl", "stack_cubes"):
+    for t in ("place_cube_in_bowl", "stack_cubes", "put_all_cubes_in_bowl"):
         task = get_task(t)
-        assert {task.skill_instruction(s) for s in task.skills} <= set(meta["instructions"])
+        assert {task.instruction, *(task.skill_instruction(s) for s in task.skills)} <= set(meta["instructions"])
+    assert meta["execution"] == {"gripper": "binary"}
     m = load_vla(path).eval()
     assert m.action_shape == (8, 7)
