@@ -315,7 +315,9 @@ def plot(rows: list[dict], path: pathlib.Path, title: str, target: float) -> Non
     for h in colours:
         sel = np.array([r.get("handover", "expert") == h for r in rows])
         if sel.any():
-            ax.barh(y[sel], rate[sel], color=colours[h], xerr=[(rate - lo)[sel], (hi - rate)[sel]], capsize=3,
+            # a Wilson bound equals the rate at 0 / n and n / n up to rounding: clip, matplotlib refuses < 0
+            err = np.clip([(rate - lo)[sel], (hi - rate)[sel]], 0.0, None)
+            ax.barh(y[sel], rate[sel], color=colours[h], xerr=err, capsize=3,
                     label=names[h])
     for i, r in enumerate(rows):
         ax.text(0.01, i, f"{r['successes']}/{r['reached']}", va="center", color="white", fontsize=7)

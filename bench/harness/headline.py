@@ -31,7 +31,8 @@ SHIPPED_BASE = "vla/checkpoints/base"
 SHIPPED_VERSIONS = {
     "vla/checkpoints/base": (("2026-12-06T07:49:59", "round 23", "e7c7a7d"),
                              ("2026-12-03T06:50:07", "round 14", "81bb2ea")),
-    "vla/checkpoints/base_subskills": (("2026-12-03T18:11:16", "round 15", "76b84e6"),),
+    "vla/checkpoints/base_subskills": (("2026-12-07T12:18:17", "issue 63's round-23 recipe", "4fc5a60"),
+                                       ("2026-12-03T18:11:16", "round 15", "76b84e6")),
 }
 """Each committed checkpoint's versions, newest first: (UTC time of the commit that wrote its weights, the round
 that made it, that commit). A row measured on a version that was replaced since names it (issue 64: the GRPO / LfH
@@ -279,6 +280,33 @@ def sarl_rows(results: pathlib.Path) -> list[Row]:
     return rows
 
 
+def _subskill_summary(res: dict) -> bool:
+    """`bench/vla_subskills.py` layout (issue 63 on): summary[task] with the ``prompt sequence`` row."""
+    s = res.get("summary")
+    return isinstance(s, dict) and bool(s) and all(isinstance(m, dict) and "prompt sequence" in m for m in s.values())
+
+
+def subskill_rows(results: pathlib.Path) -> list[Row]:
+    """The newest sub-skill base measurement: per long task, the hand-written sub-skill prompt sequence (SARL's
+    ceiling with the privileged terminator) against the task's own prompt and the weakest sub-skill from the VLA's
+    own hand-over."""
+    name, res = newest(results, "vla_subskills",
+                       lambda r: _subskill_summary(r) and r.get("checkpoint") == "vla/checkpoints/base_subskills")
+    ckpt = checkpoint_label(get(res, name, "checkpoint"), res)
+    rows = []
+    for task, m in res["summary"].items():
+        seq = m["prompt sequence"]
+        refs = [f"task prompt {frac(m['task prompt']['successes'], m['task prompt']['episodes'])}"] \
+            if "task prompt" in m else []
+        own = [(v["rate"], k, v) for k, v in m.items() if k.endswith("VLA's hand-over") and v["episodes"]]
+        if own:
+            _, k, v = min(own, key=lambda t: t[0])
+            refs.append(f"weakest sub-skill from its own hand-over: {k.split(' from ')[0]} {frac(v['successes'], v['episodes'])}")
+        rows.append((f"sub-skill prompts in order from {ckpt}, {task} (privileged terminator)",
+                     frac(seq["successes"], seq["episodes"]), "; ".join(refs), source(results, name, res)))
+    return rows
+
+
 TARGET_WORDS = (("time_limit", "time limit"), ("gamma_per_tick", "gamma per tick"), ("n_step", "n-step"),
                 ("target_ensemble", "ensemble"))
 """The value-target fields a critic row names (`policies.common.sac_config.ValueTargetConfig`), in words."""
@@ -449,6 +477,7 @@ def rows(results: pathlib.Path = RESULTS) -> list[Row]:
         *session_rows(results, "residual RL", "residual"),
         *grpo_rows(results, {"grpo": "GRPO", "lfh": "LfH (sim judge)"}, "lfh", ("grpo", "lfh")),
         *grpo_rows(results, {"extoken": "ExToken"}, "extoken", ("extoken",)),
+        *subskill_rows(results),
         *sarl_rows(results),
         *critic_rows(results),
         *edge_rows(results),
