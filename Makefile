@@ -127,7 +127,7 @@ base: setup
 	echo ">> $(BASE_OUT) <- $$model; measure it: .venv/bin/vla eval --checkpoint $(BASE_OUT) --episodes 50 \
 	--noise zero --videos 0"
 
-# The sub-skill base (SARL's, vla/checkpoints/base_subskills; bench/results/README.md "Sub-skill base", issue 63):
+# The sub-skill base (SARL's, vla/checkpoints/base_subskills; bench/results/README.md "The sub-skill base on the round-23 recipe", issue 63):
 # the shipped base's recipe (round 23: demos, base0, two DAgger rounds) on the five tasks plus put_all_cubes_in_bowl,
 # the three long tasks recorded with each frame labelled by its sub-skill ("pick up the red cube", "put it in the
 # bowl", "put it on the red cube") and trained under both labels (the task prompts too, with their trained

@@ -78,6 +78,11 @@ def _state(client, names):
     return objects_from_state(arrays, names), arrays
 
 
+def _arm(obs) -> tuple[np.ndarray, float]:
+    """The tcp position and the gripper opening of an observation's state ``[ee_pos, quat, gripper]``."""
+    return np.asarray(obs["state"][:3], float), float(obs["state"][7])
+
+
 def rollout(env, client, expert, policy, task, k: int, seed: int, names: list[str], budget: int) -> dict:
     """One episode: the expert to sub-skill k's start, then ``policy`` with its instruction."""
     from hardware.sim_tasks import grasped, skill_done
@@ -101,7 +106,7 @@ def rollout(env, client, expert, policy, task, k: int, seed: int, names: list[st
             obs, *_ = env.step(row)
             ticks += 1
             objs, _ = _state(client, names)
-            ee, grip = np.asarray(obs["state"][:3], float), float(obs["state"][7])  # [ee_pos, quat, gripper]
+            ee, grip = _arm(obs)
             if first_grasped is None:
                 first_grasped = next((c for c in ("red_cube", "green_cube", "blue_cube")
                                       if grasped(objs[c], ee, grip)), None)
@@ -136,7 +141,7 @@ def rollout_chain(env, client, policy, task, seed: int, names: list[str], budget
                 ticks += 1
                 t_k += 1
                 objs, _ = _state(client, names)
-                ee, grip = np.asarray(obs["state"][:3], float), float(obs["state"][7])
+                ee, grip = _arm(obs)
                 # a pick hands over where the recorded sub-skill labels switch: the cube held up at the
                 # scripted expert's carry height (tcp above 12 cm), not at the first lift
                 done = skill_done(skill, objs, ee, grip) and (skill[0] != "pick" or ee[2] > CHAIN_PICK_Z)
@@ -165,7 +170,7 @@ def rollout_task_prompt(env, client, policy, task, seed: int, names: list[str]) 
             obs, *_ = env.step(row)
             ticks += 1
             objs, _ = _state(client, names)
-            success = task.success(objs, np.asarray(obs["state"][:3], float), float(obs["state"][7]))
+            success = task.success(objs, *_arm(obs))
             if success or ticks >= task.max_steps:
                 break
     return {"seed": seed, "reached": True, "handover_tick": 0, "success": bool(success), "ticks": ticks}
